@@ -1,0 +1,319 @@
+//! The `sluice` command line: `run` (standalone, like `connect-standalone`), `plugins`,
+//! `offsets`, `topics` and `bench`. Errors in connector files or configs print one line
+//! naming the file, the key and the reason, and exit with code 2.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+use crate::config::{ConfigError, ConnectorConfig, HOST_KEYS};
+use crate::embedded::Embedded;
+use crate::herder::Herder;
+use crate::records::record_json;
+use crate::registry::Registry;
+use crate::sandbox::Runtime;
+use crate::store::{DEFAULT_TENANT, Namespace, OffsetStore, RecordLog};
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "Run sandboxed source connectors compiled to WebAssembly components")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args)]
+struct DataDir {
+    /// Where offsets, configs, statuses, local topics and compiled plugins are kept.
+    #[arg(long, env = "SLUICE_DATA_DIR", default_value = "sluice-data")]
+    data_dir: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct PluginPath {
+    /// The plugin folder: every `<name>.wasm` in it is the plugin `<name>`. Defaults to
+    /// the folder where `cargo build` puts this repository's plugins.
+    #[arg(long, env = "SLUICE_PLUGIN_PATH", default_value = crate::BUILT_PLUGINS)]
+    plugin_path: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run connectors until Ctrl-C or SIGTERM, like Kafka's connect-standalone.
+    #[command(after_help = host_keys_help())]
+    Run {
+        #[command(flatten)]
+        data: DataDir,
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// Connector files: {"name": "...", "config": {"connector.class": "...", ...}}
+        #[arg(required = true)]
+        connectors: Vec<PathBuf>,
+    },
+    /// List the plugins in the plugin folder, and the files that were rejected and why.
+    Plugins {
+        #[command(flatten)]
+        plugins: PluginPath,
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a connector's committed source offsets.
+    Offsets {
+        connector: String,
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List or read the topics of the local destination.
+    Topics {
+        #[command(subcommand)]
+        command: TopicsCommand,
+    },
+    /// Measure records/s through poll: the counter plugin as a component vs natively.
+    Bench {
+        #[command(flatten)]
+        plugins: PluginPath,
+        #[arg(long, default_value_t = 500_000)]
+        records: u64,
+        /// Bytes per record value.
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Records per poll.
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+    },
+}
+
+#[derive(Subcommand)]
+enum TopicsCommand {
+    /// Topics and their record counts.
+    List {
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Print a topic's records: values as text lines, or whole records as JSON lines.
+    Read {
+        topic: String,
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        json: bool,
+        /// First topic offset to print.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+    },
+}
+
+fn host_keys_help() -> String {
+    let mut text = String::from("Connector config keys read by the host (the plugin documents its own):\n");
+    for (key, default, doc) in HOST_KEYS {
+        text.push_str(&format!("  {key:<28} {doc} [default: {default}]\n"));
+    }
+    text
+}
+
+/// Exit code for a bad connector file or config.
+const CONFIG_ERROR: u8 = 2;
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,wasmtime=warn,cranelift=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn config_error(e: &ConfigError) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::from(CONFIG_ERROR)
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run { data, plugins, connectors } => run(&data.data_dir, &plugins.plugin_path, &connectors).await,
+        Command::Plugins { plugins, data, json } => list_plugins(&plugins.plugin_path, &data.data_dir, json).await,
+        Command::Offsets { connector, data, json } => offsets(&connector, &data.data_dir, json),
+        Command::Topics { command: TopicsCommand::List { data } } => {
+            let db = Embedded::open_existing(&data.data_dir)?;
+            for (topic, count) in db.topics(DEFAULT_TENANT)? {
+                println!("{topic}\t{count}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Topics { command: TopicsCommand::Read { topic, data, json, from } } => {
+            match read_topic(&data.data_dir, &topic, json, from) {
+                // `sluice topics read t | head` is fine.
+                Err(e)
+                    if e.downcast_ref::<std::io::Error>()
+                        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+                {
+                    Ok(ExitCode::SUCCESS)
+                }
+                other => other,
+            }
+        }
+        Command::Bench { plugins, records, size, batch, rounds } => {
+            let rows = crate::bench::run(&plugins.plugin_path, records, size, batch, rounds).await?;
+            crate::bench::print_table(&rows, size, batch);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn run(data_dir: &Path, plugin_path: &Path, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let mut configs: Vec<ConnectorConfig> = Vec::new();
+    for file in files {
+        let config = match ConnectorConfig::from_file(file) {
+            Ok(config) => config,
+            Err(e) => return Ok(config_error(&e)),
+        };
+        if let Some(first) = configs.iter().find(|c| c.name == config.name) {
+            return Ok(config_error(
+                &config.error("name", format!("'{}' is also the name in {}", config.name, first.source)),
+            ));
+        }
+        configs.push(config);
+    }
+    let herder = Herder::open(data_dir, plugin_path).await?;
+    for config in &configs {
+        if let Err(e) = herder.validate(config).await {
+            return Ok(config_error(&e));
+        }
+    }
+    for config in configs {
+        if let Err(e) = herder.start(config).await {
+            herder.shutdown().await;
+            return Ok(config_error(&e));
+        }
+    }
+    wait_for_signal_showing_progress(&herder).await?;
+    tracing::info!("stopping: committing offsets");
+    herder.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let live = std::io::stderr().is_terminal();
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    let started = Instant::now();
+    let mut last: std::collections::HashMap<String, (u64, Instant)> = std::collections::HashMap::new();
+    let mut seconds = 0u64;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = terminate.recv() => break,
+            _ = ticks.tick() => {
+                seconds += 1;
+                if !live && seconds % 10 != 0 {
+                    continue;
+                }
+                let mut parts = Vec::new();
+                for status in herder.statuses() {
+                    let total = herder.delivered(&status.name).await;
+                    let now = Instant::now();
+                    let (before, at) = last.insert(status.name.clone(), (total, now)).unwrap_or((0, started));
+                    let rate = if now > at { (total - before) as f64 / (now - at).as_secs_f64() } else { 0.0 };
+                    let running = status.tasks.iter().filter(|t| t.state == crate::status::State::Running).count();
+                    parts.push(format!("{} {} {running}/{} tasks {total} records {rate:.0}/s", status.name, status.connector.state, status.tasks.len()));
+                }
+                if live {
+                    eprint!("\r\x1b[K{}", parts.join(" | "));
+                } else {
+                    eprintln!("progress: {}", parts.join(" | "));
+                }
+            }
+        }
+    }
+    if live {
+        eprintln!();
+    }
+    Ok(())
+}
+
+async fn list_plugins(plugin_path: &Path, data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let runtime = Runtime::new()?;
+    let registry = Registry::load(&runtime, plugin_path, &data_dir.join("compiled")).await?;
+    if json {
+        let plugins: Vec<_> = registry
+            .plugins
+            .values()
+            .map(|p| json!({"name": p.name, "version": p.version, "file": p.file, "config": p.config_def}))
+            .collect();
+        println!("{}", json!({"plugins": plugins, "rejected": registry.rejected}));
+    } else {
+        println!("{:<20} {:<16} FILE", "NAME", "VERSION");
+        for plugin in registry.plugins.values() {
+            println!("{:<20} {:<16} {}", plugin.name, plugin.version, plugin.file.display());
+        }
+        for rejected in &registry.rejected {
+            println!("rejected {}: {}", rejected.file.display(), rejected.reason);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn offsets(connector: &str, data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let db = Embedded::open_existing(data_dir)?;
+    let offsets = db.all_offsets(&Namespace::new(DEFAULT_TENANT, connector))?;
+    if json {
+        let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or(serde_json::Value::Null);
+        let list: Vec<_> = offsets.iter().map(|(p, o)| json!({"partition": parse(p), "offset": parse(o)})).collect();
+        println!("{}", json!({ "offsets": list }));
+    } else {
+        for (partition, offset) in offsets {
+            println!("{partition}\t{offset}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_topic(data_dir: &Path, topic: &str, json: bool, from: u64) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let db = Embedded::open_existing(data_dir)?;
+    let mut out = std::io::stdout().lock();
+    let mut next = from;
+    loop {
+        let page = db.read(DEFAULT_TENANT, topic, next, 10_000)?;
+        let Some(last) = page.last() else { break };
+        next = last.offset + 1;
+        for stored in &page {
+            if json {
+                let mut value = record_json(&stored.record);
+                value["topic_offset"] = json!(stored.offset);
+                value["connector"] = json!(stored.connector);
+                writeln!(out, "{value}")?;
+            } else {
+                let text = stored.record.value.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+                writeln!(out, "{text}")?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

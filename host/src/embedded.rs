@@ -1,0 +1,323 @@
+//! The embedded default: one SQLite database (`sluice.db`) in the data directory holding
+//! committed offsets, connector and task configs, statuses and the `local` destination's
+//! records. WAL mode: readers (`sluice offsets`, `sluice topics`) never block the writer,
+//! and a transaction that returned is in the WAL file, so a killed process loses nothing
+//! it committed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::Context;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::records::Record;
+use crate::status::ConnectorStatus;
+use crate::store::{ConfigStore, Namespace, OffsetStore, RecordLog, StatusStore, StoredRecord};
+
+pub struct Embedded {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS offsets (
+    tenant TEXT NOT NULL, connector TEXT NOT NULL, partition TEXT NOT NULL, offset TEXT NOT NULL,
+    PRIMARY KEY (tenant, connector, partition));
+CREATE TABLE IF NOT EXISTS connector_configs (
+    tenant TEXT NOT NULL, connector TEXT NOT NULL, config TEXT NOT NULL,
+    PRIMARY KEY (tenant, connector));
+CREATE TABLE IF NOT EXISTS task_configs (
+    tenant TEXT NOT NULL, connector TEXT NOT NULL, task INTEGER NOT NULL, config TEXT NOT NULL,
+    PRIMARY KEY (tenant, connector, task));
+CREATE TABLE IF NOT EXISTS statuses (
+    tenant TEXT NOT NULL, connector TEXT NOT NULL, status TEXT NOT NULL,
+    PRIMARY KEY (tenant, connector));
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, topic TEXT NOT NULL, topic_offset INTEGER NOT NULL,
+    connector TEXT NOT NULL, partition TEXT NOT NULL, offset TEXT NOT NULL,
+    key BLOB, value BLOB, headers TEXT NOT NULL, timestamp_ms INTEGER NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS records_by_topic ON records (tenant, topic, topic_offset);
+CREATE TABLE IF NOT EXISTS topics (
+    tenant TEXT NOT NULL, topic TEXT NOT NULL, next_offset INTEGER NOT NULL,
+    PRIMARY KEY (tenant, topic));
+";
+
+impl Embedded {
+    /// Opens (creating if needed) `<data_dir>/sluice.db`.
+    pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+        let path = data_dir.join("sluice.db");
+        let conn = Connection::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        // NORMAL in WAL mode: a committed transaction survives a killed process; a power
+        // loss may drop the last transactions but never splits one, so records and their
+        // offsets stay consistent either way.
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch(SCHEMA).with_context(|| format!("cannot set up {}", path.display()))?;
+        Ok(Embedded { conn: Mutex::new(conn), path })
+    }
+
+    /// Opens an existing database for the read-only CLI commands.
+    pub fn open_existing(data_dir: &Path) -> anyhow::Result<Self> {
+        let path = data_dir.join("sluice.db");
+        anyhow::ensure!(
+            path.exists(),
+            "no Sluice data in {} (no sluice.db; run `sluice run` first or pass --data-dir)",
+            data_dir.display()
+        );
+        Self::open(data_dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves SQLite consistent (transactions roll back).
+        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn upsert_offsets(
+    tx: &rusqlite::Transaction<'_>,
+    ns: &Namespace,
+    offsets: &[(String, String)],
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO offsets (tenant, connector, partition, offset) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (tenant, connector, partition) DO UPDATE SET offset = excluded.offset",
+    )?;
+    for (partition, offset) in offsets {
+        stmt.execute(params![ns.tenant, ns.connector, partition, offset])?;
+    }
+    Ok(())
+}
+
+impl OffsetStore for Embedded {
+    fn offsets(&self, ns: &Namespace, partitions: &[String]) -> anyhow::Result<Vec<Option<String>>> {
+        let conn = self.conn();
+        let mut stmt =
+            conn.prepare_cached("SELECT offset FROM offsets WHERE tenant = ?1 AND connector = ?2 AND partition = ?3")?;
+        partitions
+            .iter()
+            .map(|p| Ok(stmt.query_row(params![ns.tenant, ns.connector, p], |row| row.get(0)).optional()?))
+            .collect()
+    }
+
+    fn commit_offsets(&self, ns: &Namespace, offsets: &[(String, String)]) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        upsert_offsets(&tx, ns, offsets)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn all_offsets(&self, ns: &Namespace) -> anyhow::Result<Vec<(String, String)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT partition, offset FROM offsets WHERE tenant = ?1 AND connector = ?2 ORDER BY partition",
+        )?;
+        let rows = stmt.query_map(params![ns.tenant, ns.connector], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn delete_offset(&self, ns: &Namespace, partition: &str) -> anyhow::Result<bool> {
+        let conn = self.conn();
+        let n = conn.execute(
+            "DELETE FROM offsets WHERE tenant = ?1 AND connector = ?2 AND partition = ?3",
+            params![ns.tenant, ns.connector, partition],
+        )?;
+        Ok(n > 0)
+    }
+}
+
+impl ConfigStore for Embedded {
+    fn put_connector_config(&self, ns: &Namespace, config: &[(String, String)]) -> anyhow::Result<()> {
+        let text = serde_json::to_string(&config.iter().cloned().collect::<std::collections::BTreeMap<_, _>>())?;
+        self.conn().execute(
+            "INSERT INTO connector_configs (tenant, connector, config) VALUES (?1, ?2, ?3)
+             ON CONFLICT (tenant, connector) DO UPDATE SET config = excluded.config",
+            params![ns.tenant, ns.connector, text],
+        )?;
+        Ok(())
+    }
+
+    fn put_task_configs(&self, ns: &Namespace, tasks: &[Vec<(String, String)>]) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM task_configs WHERE tenant = ?1 AND connector = ?2", params![ns.tenant, ns.connector])?;
+        for (i, config) in tasks.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO task_configs (tenant, connector, task, config) VALUES (?1, ?2, ?3, ?4)",
+                params![ns.tenant, ns.connector, i as i64, serde_json::to_string(config)?],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn task_configs(&self, ns: &Namespace) -> anyhow::Result<Vec<Vec<(String, String)>>> {
+        let conn = self.conn();
+        let mut stmt =
+            conn.prepare_cached("SELECT config FROM task_configs WHERE tenant = ?1 AND connector = ?2 ORDER BY task")?;
+        let rows = stmt.query_map(params![ns.tenant, ns.connector], |row| row.get::<_, String>(0))?;
+        rows.map(|text| Ok(serde_json::from_str(&text?)?)).collect()
+    }
+}
+
+impl StatusStore for Embedded {
+    fn put_status(&self, ns: &Namespace, status: &ConnectorStatus) -> anyhow::Result<()> {
+        self.conn().execute(
+            "INSERT INTO statuses (tenant, connector, status) VALUES (?1, ?2, ?3)
+             ON CONFLICT (tenant, connector) DO UPDATE SET status = excluded.status",
+            params![ns.tenant, ns.connector, serde_json::to_string(status)?],
+        )?;
+        Ok(())
+    }
+
+    fn statuses(&self, tenant: &str) -> anyhow::Result<Vec<ConnectorStatus>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT status FROM statuses WHERE tenant = ?1 ORDER BY connector")?;
+        let rows = stmt.query_map(params![tenant], |row| row.get::<_, String>(0))?;
+        rows.map(|text| Ok(serde_json::from_str(&text?)?)).collect()
+    }
+}
+
+impl RecordLog for Embedded {
+    fn append_with_offsets(
+        &self,
+        ns: &Namespace,
+        records: &[Record],
+        offsets: &[(String, String)],
+    ) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut next_of = tx.prepare_cached("SELECT next_offset FROM topics WHERE tenant = ?1 AND topic = ?2")?;
+            let mut set_next = tx.prepare_cached(
+                "INSERT INTO topics (tenant, topic, next_offset) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (tenant, topic) DO UPDATE SET next_offset = excluded.next_offset",
+            )?;
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO records (tenant, topic, topic_offset, connector, partition, offset, key, value, headers, timestamp_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+            let mut next: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+            for record in records {
+                let topic_next = match next.get_mut(record.topic.as_str()) {
+                    Some(n) => n,
+                    None => {
+                        let n: i64 =
+                            next_of.query_row(params![ns.tenant, record.topic], |r| r.get(0)).optional()?.unwrap_or(0);
+                        next.entry(record.topic.as_str()).or_insert(n)
+                    }
+                };
+                let headers = serde_json::to_string(&record.headers)?;
+                insert.execute(params![
+                    ns.tenant,
+                    record.topic,
+                    *topic_next,
+                    ns.connector,
+                    record.partition,
+                    record.offset,
+                    record.key,
+                    record.value,
+                    headers,
+                    record.timestamp_ms
+                ])?;
+                *topic_next += 1;
+            }
+            for (topic, n) in next {
+                set_next.execute(params![ns.tenant, topic, n])?;
+            }
+        }
+        upsert_offsets(&tx, ns, offsets)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn topics(&self, tenant: &str) -> anyhow::Result<Vec<(String, u64)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT topic, next_offset FROM topics WHERE tenant = ?1 ORDER BY topic")?;
+        let rows = stmt.query_map(params![tenant], |row| Ok((row.get(0)?, row.get::<_, i64>(1)? as u64)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn read(&self, tenant: &str, topic: &str, from: u64, limit: usize) -> anyhow::Result<Vec<StoredRecord>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT topic_offset, connector, partition, offset, key, value, headers, timestamp_ms FROM records
+             WHERE tenant = ?1 AND topic = ?2 AND topic_offset >= ?3 ORDER BY topic_offset LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(params![tenant, topic, from as i64, limit as i64], |row| {
+            let headers: String = row.get(6)?;
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+                headers,
+                row.get(7)?,
+            ))
+        })?;
+        rows.map(|row| {
+            let (offset, connector, partition, source_offset, key, value, headers, timestamp_ms) = row?;
+            Ok(StoredRecord {
+                offset: offset as u64,
+                connector,
+                record: Record {
+                    topic: topic.to_string(),
+                    partition,
+                    offset: source_offset,
+                    key,
+                    value,
+                    headers: serde_json::from_str(&headers)?,
+                    timestamp_ms,
+                },
+            })
+        })
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(topic: &str, partition: &str, offset: &str) -> Record {
+        Record {
+            topic: topic.into(),
+            partition: partition.into(),
+            offset: offset.into(),
+            key: None,
+            value: Some(b"v".to_vec()),
+            headers: vec![("h".into(), b"1".to_vec())],
+            timestamp_ms: 7,
+        }
+    }
+
+    #[test]
+    fn records_and_offsets_commit_together_and_are_namespaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Embedded::open(dir.path()).unwrap();
+        let a = Namespace::new("default", "a");
+        let other_tenant = Namespace::new("other", "a");
+        let records = [record("t", r#"{"p":1}"#, r#"{"n":1}"#), record("t", r#"{"p":1}"#, r#"{"n":2}"#)];
+        db.append_with_offsets(&a, &records, &[(r#"{"p":1}"#.into(), r#"{"n":2}"#.into())]).unwrap();
+        db.append_with_offsets(&a, &records[..1], &[]).unwrap();
+        let read = db.read("default", "t", 0, 10).unwrap();
+        assert_eq!(read.iter().map(|r| r.offset).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(read[1].record, records[1]);
+        assert_eq!(db.offsets(&a, &[r#"{"p":1}"#.into(), "{}".into()]).unwrap(), [Some(r#"{"n":2}"#.into()), None]);
+        assert_eq!(db.offsets(&other_tenant, &[r#"{"p":1}"#.into()]).unwrap(), [None]);
+        assert!(db.read("other", "t", 0, 10).unwrap().is_empty());
+        assert_eq!(db.topics("default").unwrap(), [("t".to_string(), 3)]);
+        assert!(db.delete_offset(&a, r#"{"p":1}"#).unwrap());
+        assert!(db.all_offsets(&a).unwrap().is_empty());
+    }
+}

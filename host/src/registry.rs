@@ -1,0 +1,233 @@
+//! The plugin folder (`plugin.path`): finds `*.wasm` files, checks each is a component
+//! that targets the `source-connector` world, compiles it once and caches the compiled
+//! artifact on disk, keyed by content hash and engine compatibility. A bad file is
+//! reported with its name and the reason and never stops the others loading.
+
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+
+use crate::bindings::{ConfigKey, ConfigType, Importance, SourceConnectorPre};
+use crate::config::SandboxSettings;
+use crate::sandbox::{HostState, InstanceContext, Runtime};
+use crate::store::{Namespace, OffsetStore};
+
+/// One key of a plugin's `config-def`, in Kafka Connect's words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfigKeyInfo {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_value: Option<String>,
+    pub required: bool,
+    pub importance: String,
+    pub documentation: String,
+}
+
+impl From<ConfigKey> for ConfigKeyInfo {
+    fn from(key: ConfigKey) -> Self {
+        let type_name = match key.type_ {
+            ConfigType::Boolean => "BOOLEAN",
+            ConfigType::Int => "INT",
+            ConfigType::Long => "LONG",
+            ConfigType::Double => "DOUBLE",
+            ConfigType::String => "STRING",
+            ConfigType::List => "LIST",
+            ConfigType::Password => "PASSWORD",
+        };
+        let importance = match key.importance {
+            Importance::High => "HIGH",
+            Importance::Medium => "MEDIUM",
+            Importance::Low => "LOW",
+        };
+        ConfigKeyInfo {
+            name: key.name,
+            type_name: type_name.into(),
+            required: key.default_value.is_none(),
+            default_value: key.default_value,
+            importance: importance.into(),
+            documentation: key.documentation,
+        }
+    }
+}
+
+/// A loaded plugin.
+pub struct Plugin {
+    pub name: String,
+    pub file: PathBuf,
+    pub version: String,
+    pub config_def: Vec<ConfigKeyInfo>,
+    /// Whether the compiled code came from the on-disk cache.
+    pub from_cache: bool,
+    /// Time to compile (or load from cache) the component.
+    pub compile_time: Duration,
+    pub(crate) pre: SourceConnectorPre<HostState>,
+}
+
+impl Plugin {
+    pub fn pre(&self) -> &SourceConnectorPre<HostState> {
+        &self.pre
+    }
+}
+
+/// A file that could not be loaded, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rejected {
+    pub file: PathBuf,
+    pub reason: String,
+}
+
+pub struct Registry {
+    pub dir: PathBuf,
+    pub plugins: BTreeMap<String, Arc<Plugin>>,
+    pub rejected: Vec<Rejected>,
+}
+
+/// The offsets a plugin sees while it is only being inspected: there is no connector yet.
+struct NoConnectorYet;
+
+impl OffsetStore for NoConnectorYet {
+    fn offsets(&self, _: &Namespace, partitions: &[String]) -> anyhow::Result<Vec<Option<String>>> {
+        Ok(vec![None; partitions.len()])
+    }
+    fn commit_offsets(&self, _: &Namespace, _: &[(String, String)]) -> anyhow::Result<()> {
+        anyhow::bail!("no offsets can be committed while a plugin is inspected")
+    }
+    fn all_offsets(&self, _: &Namespace) -> anyhow::Result<Vec<(String, String)>> {
+        Ok(Vec::new())
+    }
+    fn delete_offset(&self, _: &Namespace, _: &str) -> anyhow::Result<bool> {
+        Ok(false)
+    }
+}
+
+const WASM_MAGIC: &[u8] = b"\0asm";
+const CORE_MODULE_LAYER: [u8; 4] = [1, 0, 0, 0];
+
+impl Registry {
+    /// Loads every `*.wasm` in `dir`. Fails only when the folder cannot be read.
+    pub async fn load(runtime: &Runtime, dir: &Path, cache_dir: &Path) -> anyhow::Result<Registry> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read plugin folder {}", dir.display()))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == "wasm") && path.is_file())
+            .collect();
+        files.sort();
+        let mut registry = Registry { dir: dir.to_path_buf(), plugins: BTreeMap::new(), rejected: Vec::new() };
+        for file in files {
+            match load_plugin(runtime, &file, cache_dir).await {
+                Ok(plugin) => {
+                    tracing::info!(
+                        plugin = %plugin.name,
+                        version = %plugin.version,
+                        "{} {} in {} ms",
+                        if plugin.from_cache { "loaded compiled plugin from cache" } else { "compiled plugin" },
+                        file.display(),
+                        plugin.compile_time.as_millis()
+                    );
+                    registry.plugins.insert(plugin.name.clone(), Arc::new(plugin));
+                }
+                Err(reason) => {
+                    tracing::warn!("rejected plugin file {}: {reason}", file.display());
+                    registry.rejected.push(Rejected { file, reason });
+                }
+            }
+        }
+        Ok(registry)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Plugin>> {
+        self.plugins.get(name)
+    }
+}
+
+async fn load_plugin(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result<Plugin, String> {
+    let name = file.file_stem().and_then(|s| s.to_str()).ok_or("file name is not valid UTF-8")?.to_string();
+    let bytes = std::fs::read(file).map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() < 8 || !bytes.starts_with(WASM_MAGIC) {
+        return Err("not a WebAssembly file (it does not start with the \\0asm magic number)".into());
+    }
+    if bytes[4..8] == CORE_MODULE_LAYER {
+        return Err("a core WebAssembly module, not a component: build it for the wasm32-wasip2 target \
+                    (or wrap it with `wasm-tools component new`)"
+            .into());
+    }
+    let started = Instant::now();
+    let (component, from_cache) = compile_cached(runtime, &bytes, cache_dir)?;
+    let compile_time = started.elapsed();
+    let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
+        format!(
+            "imports something Sluice does not provide (it must target sluice:connector/source-connector@0.1.0): {e:#}"
+        )
+    })?;
+    let pre = SourceConnectorPre::new(instance_pre).map_err(|e| {
+        format!("does not export the source-connector world (sluice:connector/connector and sluice:connector/task @0.1.0): {e:#}")
+    })?;
+    let context = InstanceContext {
+        namespace: Namespace::new("", ""),
+        task: None,
+        offsets: Arc::new(NoConnectorYet),
+        reconfigure: None,
+    };
+    let mut instance = runtime
+        .instantiate(&pre, context, &SandboxSettings::default())
+        .await
+        .map_err(|e| format!("cannot be instantiated: {e}"))?;
+    let version = instance.version().await.map_err(|e| format!("version() failed: {e}"))?;
+    let config_def = instance.config_def().await.map_err(|e| format!("config-def() failed: {e}"))?;
+    Ok(Plugin {
+        name,
+        file: file.to_path_buf(),
+        version,
+        config_def: config_def.into_iter().map(ConfigKeyInfo::from).collect(),
+        from_cache,
+        compile_time,
+        pre,
+    })
+}
+
+/// `<cache>/<sha256 of the file>-<engine compatibility>.cwasm`
+fn cache_path(runtime: &Runtime, bytes: &[u8], cache_dir: &Path) -> PathBuf {
+    let content = Sha256::digest(bytes);
+    let mut engine = DefaultHasher::new();
+    runtime.engine.precompile_compatibility_hash().hash(&mut engine);
+    env!("CARGO_PKG_VERSION").hash(&mut engine);
+    let hex: String = content.iter().map(|b| format!("{b:02x}")).collect();
+    cache_dir.join(format!("{hex}-{:016x}.cwasm", engine.finish()))
+}
+
+fn compile_cached(runtime: &Runtime, bytes: &[u8], cache_dir: &Path) -> Result<(Component, bool), String> {
+    let path = cache_path(runtime, bytes, cache_dir);
+    if path.exists() {
+        // SAFETY: the cache directory is written only by this function, from components
+        // this engine compiled; a file that fails wasmtime's header checks is recompiled.
+        match unsafe { Component::deserialize_file(&runtime.engine, &path) } {
+            Ok(component) => return Ok((component, true)),
+            Err(e) => tracing::warn!("ignoring unusable compiled cache entry {}: {e:#}", path.display()),
+        }
+    }
+    let compiled = runtime.engine.precompile_component(bytes).map_err(|e| format!("not a valid component: {e:#}"))?;
+    if let Err(e) = write_atomically(&path, &compiled) {
+        tracing::warn!("cannot cache compiled plugin at {}: {e:#}", path.display());
+    }
+    // SAFETY: `compiled` was produced by this engine a moment ago.
+    let component = unsafe { Component::deserialize(&runtime.engine, &compiled) }.map_err(|e| format!("{e:#}"))?;
+    Ok((component, false))
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = path.parent().context("cache path has no folder")?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}

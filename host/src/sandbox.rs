@@ -1,0 +1,393 @@
+//! The sandbox: one wasmtime [`Engine`] (pooling allocator, epoch interruption), and one
+//! [`Store`] per connector or task instance with its own memory cap, per-call deadline,
+//! WASI context (clocks, random and granted directories only) and the host's imports.
+//!
+//! Every call into a plugin goes through [`PluginInstance`], which turns whatever went
+//! wrong (a trap, a deadline, the memory cap, `raise-error`) into a [`CallError`] in plain
+//! words. After a `CallError` the instance must be dropped.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, UpdateDeadline,
+};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::bindings::sluice::connector::{connector_context, log, offset_storage_reader, types};
+use crate::bindings::{ConfigKey, ConfigProblem, ConnectorError, SourceConnector, SourceConnectorPre, SourceRecord};
+use crate::config::{CallTimeouts, SandboxSettings};
+use crate::records::canonical_object;
+use crate::store::{Namespace, OffsetStore};
+
+/// How often the epoch advances: the granularity of deadlines and of yielding.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The engine and linker shared by every instance, and the epoch ticker thread.
+pub struct Runtime {
+    pub engine: Engine,
+    linker: Linker<HostState>,
+    next_instance: AtomicU64,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Runtime {
+    pub fn new() -> anyhow::Result<Arc<Self>> {
+        let mut config = Config::new();
+        config.wasm_component_model(true).epoch_interruption(true);
+        // Instances come from preallocated slots: instantiation is a few microseconds and
+        // memory is reused copy-on-write. The sizes leave room for large (Python, JS)
+        // components, which have many core instances and tables.
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(512)
+            .total_core_instances(4096)
+            .total_memories(512)
+            .total_tables(4096)
+            .max_memories_per_component(16)
+            .max_tables_per_component(64)
+            .max_core_instances_per_component(128)
+            .table_elements(200_000)
+            .max_component_instance_size(8 << 20);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        let (ticker_engine, stop) = (engine.clone(), stop_ticker.clone());
+        std::thread::Builder::new().name("sluice-epoch".into()).spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                ticker_engine.increment_epoch();
+            }
+        })?;
+        Ok(Arc::new(Runtime { engine, linker, next_instance: AtomicU64::new(1), stop_ticker }))
+    }
+
+    pub fn linker(&self) -> &Linker<HostState> {
+        &self.linker
+    }
+
+    /// A new sandboxed instance of a plugin for a connector or one of its tasks.
+    pub async fn instantiate(
+        &self,
+        pre: &SourceConnectorPre<HostState>,
+        context: InstanceContext,
+        sandbox: &SandboxSettings,
+    ) -> Result<PluginInstance, CallError> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).inherit_stderr();
+        for dir in &sandbox.fs_write {
+            wasi.preopened_dir(dir, dir.to_string_lossy(), FsPerms::ReadWrite)
+                .map_err(|e| CallError::Setup(format!("cannot grant {}: {e:#}", dir.display())))?;
+        }
+        for dir in sandbox.fs_read.iter().filter(|d| !sandbox.fs_write.contains(d)) {
+            wasi.preopened_dir(dir, dir.to_string_lossy(), FsPerms::ReadOnly)
+                .map_err(|e| CallError::Setup(format!("cannot grant {}: {e:#}", dir.display())))?;
+        }
+        let state = HostState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            memory_cap: sandbox.memory_max_bytes,
+            memory_cap_hit: false,
+            call: None,
+            deadline_hit: None,
+            raised_error: None,
+            context,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| state as &mut dyn ResourceLimiter);
+        store.epoch_deadline_callback(|mut ctx| {
+            let state = ctx.data_mut();
+            match &state.call {
+                Some(call) if Instant::now() >= call.deadline => {
+                    state.deadline_hit =
+                        Some(format!("{} did not return within {} ms", call.name, call.timeout.as_millis()));
+                    Ok(UpdateDeadline::Interrupt)
+                }
+                // Yielding at every tick lets other instances run on a small machine.
+                _ => Ok(UpdateDeadline::Yield(1)),
+            }
+        });
+        begin(&mut store, "instantiate", sandbox.timeouts.lifecycle);
+        let bindings = pre.instantiate_async(&mut store).await;
+        let bindings = finish(&mut store, bindings)?;
+        Ok(PluginInstance {
+            store,
+            bindings,
+            timeouts: sandbox.timeouts,
+            id: self.next_instance.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Who an instance is, and the host services it may reach.
+#[derive(Clone)]
+pub struct InstanceContext {
+    pub namespace: Namespace,
+    /// `None` for the connector instance.
+    pub task: Option<u32>,
+    pub offsets: Arc<dyn OffsetStore>,
+    /// Where `request-task-reconfiguration` goes: the connector's herder loop.
+    pub reconfigure: Option<mpsc::UnboundedSender<()>>,
+}
+
+struct ActiveCall {
+    name: &'static str,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+/// The data of one store.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    memory_cap: u64,
+    memory_cap_hit: bool,
+    call: Option<ActiveCall>,
+    deadline_hit: Option<String>,
+    raised_error: Option<String>,
+    context: InstanceContext,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl ResourceLimiter for HostState {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired as u64 > self.memory_cap {
+            self.memory_cap_hit = true;
+            return Err(wasmtime::Error::msg(memory_cap_message(self.memory_cap)));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+fn memory_cap_message(cap: u64) -> String {
+    format!("exceeded memory cap of {}", human_bytes(cap))
+}
+
+pub fn human_bytes(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
+
+impl HostState {
+    fn source(&self) -> String {
+        match self.context.task {
+            Some(task) => format!("{}/{}", self.context.namespace.connector, task),
+            None => self.context.namespace.connector.clone(),
+        }
+    }
+}
+
+impl types::Host for HostState {}
+
+impl offset_storage_reader::Host for HostState {
+    fn offset(&mut self, partition: String) -> Option<String> {
+        let canonical = canonical_object(&partition).ok()?;
+        let ns = &self.context.namespace;
+        match self.context.offsets.offsets(ns, &[canonical]) {
+            Ok(mut found) => found.pop().flatten(),
+            Err(e) => {
+                tracing::error!(connector = %ns.connector, "offset store read failed: {e:#}");
+                None
+            }
+        }
+    }
+
+    fn offsets(&mut self, partitions: Vec<String>) -> Vec<(String, Option<String>)> {
+        let canonical: Vec<Option<String>> = partitions.iter().map(|p| canonical_object(p).ok()).collect();
+        let valid: Vec<String> = canonical.iter().flatten().cloned().collect();
+        let ns = &self.context.namespace;
+        let mut found = match self.context.offsets.offsets(ns, &valid) {
+            Ok(found) => found.into_iter(),
+            Err(e) => {
+                tracing::error!(connector = %ns.connector, "offset store read failed: {e:#}");
+                vec![None; valid.len()].into_iter()
+            }
+        };
+        partitions
+            .into_iter()
+            .zip(canonical)
+            .map(|(partition, canonical)| (partition, canonical.and_then(|_| found.next().flatten())))
+            .collect()
+    }
+}
+
+impl connector_context::Host for HostState {
+    fn request_task_reconfiguration(&mut self) {
+        if let Some(sender) = &self.context.reconfigure {
+            let _ = sender.send(());
+        }
+    }
+
+    fn raise_error(&mut self, message: String) {
+        self.raised_error.get_or_insert(message);
+    }
+}
+
+impl log::Host for HostState {
+    fn log(&mut self, level: log::Level, message: String) {
+        let tenant = &self.context.namespace.tenant;
+        let source = self.source();
+        match level {
+            log::Level::Trace => tracing::trace!(target: "plugin", tenant, source, "{message}"),
+            log::Level::Debug => tracing::debug!(target: "plugin", tenant, source, "{message}"),
+            log::Level::Info => tracing::info!(target: "plugin", tenant, source, "{message}"),
+            log::Level::Warn => tracing::warn!(target: "plugin", tenant, source, "{message}"),
+            log::Level::Error => tracing::error!(target: "plugin", tenant, source, "{message}"),
+        }
+    }
+}
+
+/// Why a call into a plugin did not return normally. The instance is unusable after it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("raise-error: {0}")]
+    Raised(String),
+    /// "poll did not return within 5000 ms"
+    #[error("{0}")]
+    Deadline(String),
+    /// "exceeded memory cap of 64 MiB"
+    #[error("{0}")]
+    MemoryCap(String),
+    #[error("trap in {call}: {detail}")]
+    Trap { call: &'static str, detail: String },
+    #[error("{0}")]
+    Setup(String),
+}
+
+fn begin(store: &mut Store<HostState>, name: &'static str, timeout: Duration) {
+    let state = store.data_mut();
+    state.call = Some(ActiveCall { name, deadline: Instant::now() + timeout, timeout });
+    state.deadline_hit = None;
+    store.set_epoch_deadline(1);
+}
+
+fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R, CallError> {
+    let state = store.data_mut();
+    let call = state.call.take().map_or("call", |c| c.name);
+    match result {
+        Ok(value) => match state.raised_error.take() {
+            Some(message) => Err(CallError::Raised(message)),
+            None => Ok(value),
+        },
+        Err(error) => {
+            if let Some(message) = state.deadline_hit.take() {
+                Err(CallError::Deadline(message))
+            } else if state.memory_cap_hit {
+                Err(CallError::MemoryCap(memory_cap_message(state.memory_cap)))
+            } else {
+                Err(CallError::Trap { call, detail: describe_trap(&error) })
+            }
+        }
+    }
+}
+
+fn describe_trap(error: &wasmtime::Error) -> String {
+    let mut text = match error.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{error:#}"),
+    };
+    if let Some(backtrace) = error.downcast_ref::<wasmtime::WasmBacktrace>() {
+        text.push_str(&format!("\n{backtrace}"));
+    }
+    text
+}
+
+/// One live instance of a plugin, for the connector or for one task.
+pub struct PluginInstance {
+    store: Store<HostState>,
+    bindings: SourceConnector,
+    timeouts: CallTimeouts,
+    /// Host-unique: tells one (re)start of a task from another.
+    pub id: u64,
+}
+
+/// Calls an export under its deadline and turns failures into [`CallError`].
+macro_rules! guest_call {
+    ($self:ident, $name:literal, $timeout:ident, $interface:ident . $method:ident ( $($arg:expr),* )) => {{
+        begin(&mut $self.store, $name, $self.timeouts.$timeout);
+        let result = $self.bindings.$interface().$method(&mut $self.store $(, $arg)*).await;
+        finish(&mut $self.store, result)
+    }};
+}
+
+pub type Pairs = Vec<(String, String)>;
+
+impl PluginInstance {
+    pub async fn version(&mut self) -> Result<String, CallError> {
+        guest_call!(self, "version", lifecycle, sluice_connector_connector.call_version())
+    }
+
+    pub async fn config_def(&mut self) -> Result<Vec<ConfigKey>, CallError> {
+        guest_call!(self, "config-def", lifecycle, sluice_connector_connector.call_config_def())
+    }
+
+    pub async fn validate(&mut self, config: &Pairs) -> Result<Vec<ConfigProblem>, CallError> {
+        guest_call!(self, "validate", lifecycle, sluice_connector_connector.call_validate(config))
+    }
+
+    pub async fn connector_start(&mut self, config: &Pairs) -> Result<Result<(), ConnectorError>, CallError> {
+        guest_call!(self, "start", lifecycle, sluice_connector_connector.call_start(config))
+    }
+
+    pub async fn task_configs(&mut self, max_tasks: u32) -> Result<Result<Vec<Pairs>, ConnectorError>, CallError> {
+        guest_call!(self, "task-configs", lifecycle, sluice_connector_connector.call_task_configs(max_tasks))
+    }
+
+    pub async fn tick(&mut self) -> Result<Result<(), ConnectorError>, CallError> {
+        guest_call!(self, "tick", hot, sluice_connector_connector.call_tick())
+    }
+
+    pub async fn connector_stop(&mut self) -> Result<(), CallError> {
+        guest_call!(self, "stop", lifecycle, sluice_connector_connector.call_stop())
+    }
+
+    pub async fn task_start(&mut self, config: &Pairs) -> Result<Result<(), ConnectorError>, CallError> {
+        guest_call!(self, "start", lifecycle, sluice_connector_task.call_start(config))
+    }
+
+    pub async fn poll(&mut self) -> Result<Result<Vec<SourceRecord>, ConnectorError>, CallError> {
+        guest_call!(self, "poll", hot, sluice_connector_task.call_poll())
+    }
+
+    pub async fn commit(&mut self) -> Result<Result<(), ConnectorError>, CallError> {
+        guest_call!(self, "commit", hot, sluice_connector_task.call_commit())
+    }
+
+    pub async fn task_stop(&mut self) -> Result<(), CallError> {
+        guest_call!(self, "stop", lifecycle, sluice_connector_task.call_stop())
+    }
+}
+
+/// The text of a plugin's own error, for a status trace.
+pub fn describe_connector_error(error: &ConnectorError) -> String {
+    match error {
+        ConnectorError::Retriable(m) => format!("retriable error: {m}"),
+        ConnectorError::Fatal(m) => format!("fatal error: {m}"),
+        ConnectorError::InvalidConfig(m) => format!("invalid config: {m}"),
+    }
+}

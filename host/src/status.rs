@@ -1,0 +1,130 @@
+//! Kafka Connect's states and status JSON, and the board that holds every connector's
+//! current status, logs each change and persists it through the [`StatusStore`].
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Namespace, StatusStore};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum State {
+    Unassigned,
+    Running,
+    Paused,
+    Stopped,
+    Failed,
+    Restarting,
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = serde_json::to_value(self).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        f.write_str(&text)
+    }
+}
+
+/// `{"state": ..., "worker_id": ..., "trace": ...}` as in Kafka Connect's REST API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectorState {
+    pub state: State,
+    pub worker_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    pub id: u32,
+    pub state: State,
+    pub worker_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+    /// Host-unique number of the sandbox instance running the task: it changes exactly
+    /// when the task is (re)started, which is how restarts are observed.
+    pub instance: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectorStatus {
+    pub name: String,
+    pub connector: ConnectorState,
+    pub tasks: Vec<TaskStatus>,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// Every connector's status in this process.
+pub struct StatusBoard {
+    worker_id: String,
+    tenant: String,
+    statuses: Mutex<BTreeMap<String, ConnectorStatus>>,
+    store: Arc<dyn StatusStore>,
+}
+
+impl StatusBoard {
+    pub fn new(worker_id: String, tenant: String, store: Arc<dyn StatusStore>) -> Self {
+        StatusBoard { worker_id, tenant, statuses: Mutex::new(BTreeMap::new()), store }
+    }
+
+    pub fn get(&self, connector: &str) -> Option<ConnectorStatus> {
+        self.statuses.lock().unwrap().get(connector).cloned()
+    }
+
+    pub fn all(&self) -> Vec<ConnectorStatus> {
+        self.statuses.lock().unwrap().values().cloned().collect()
+    }
+
+    fn update(&self, connector: &str, change: impl FnOnce(&mut ConnectorStatus)) {
+        let snapshot = {
+            let mut statuses = self.statuses.lock().unwrap();
+            let status = statuses.entry(connector.to_string()).or_insert_with(|| ConnectorStatus {
+                name: connector.to_string(),
+                connector: ConnectorState { state: State::Unassigned, worker_id: self.worker_id.clone(), trace: None },
+                tasks: Vec::new(),
+                kind: "source".into(),
+            });
+            change(status);
+            status.clone()
+        };
+        if let Err(e) = self.store.put_status(&Namespace::new(&self.tenant, connector), &snapshot) {
+            tracing::warn!(connector, "cannot persist status: {e:#}");
+        }
+    }
+
+    pub fn set_connector(&self, connector: &str, state: State, trace: Option<String>) {
+        match &trace {
+            Some(trace) => tracing::error!(connector, "connector is {state}: {trace}"),
+            None => tracing::info!(connector, "connector is {state}"),
+        }
+        self.update(connector, |s| {
+            s.connector.state = state;
+            s.connector.trace = trace;
+        });
+    }
+
+    pub fn set_task(&self, connector: &str, task: u32, state: State, trace: Option<String>, instance: u64) {
+        match &trace {
+            Some(trace) => tracing::error!(connector, task, instance, "task is {state}: {trace}"),
+            None => tracing::info!(connector, task, instance, "task is {state}"),
+        }
+        let worker_id = self.worker_id.clone();
+        self.update(connector, |s| {
+            let status = TaskStatus { id: task, state, worker_id, trace, instance };
+            match s.tasks.iter_mut().find(|t| t.id == task) {
+                Some(existing) => *existing = status,
+                None => {
+                    s.tasks.push(status);
+                    s.tasks.sort_by_key(|t| t.id);
+                }
+            }
+        });
+    }
+
+    /// Drops tasks that no longer exist after a reconfiguration.
+    pub fn retain_tasks(&self, connector: &str, count: u32) {
+        self.update(connector, |s| s.tasks.retain(|t| t.id < count));
+    }
+}

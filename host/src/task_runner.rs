@@ -1,0 +1,174 @@
+//! One task's loop: poll, check what the plugin returned, deliver to the destination
+//! (which commits the offsets the batch advances once its records are durable), and call
+//! the task's `commit()` every `offset.flush.interval.ms` and on stop. A failed task is
+//! marked FAILED with its reason and, under `restart.policy=on-failure`, restarted in a
+//! new sandbox after an exponential backoff.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, watch};
+
+use crate::bindings::ConnectorError;
+use crate::config::ConnectorSettings;
+use crate::destination::Destination;
+use crate::herder::{Services, stopped};
+use crate::records::{check_record, latest_offsets};
+use crate::registry::Plugin;
+use crate::sandbox::{InstanceContext, Pairs, describe_connector_error};
+use crate::status::State;
+use crate::store::Namespace;
+
+/// Everything one task needs, fixed for its lifetime.
+pub struct TaskSpec {
+    pub services: Arc<Services>,
+    pub namespace: Namespace,
+    pub task: u32,
+    pub config: Pairs,
+    pub plugin: Arc<Plugin>,
+    pub settings: ConnectorSettings,
+    pub destination: Arc<dyn Destination>,
+    pub delivered: Arc<AtomicU64>,
+    pub reconfigure: mpsc::UnboundedSender<()>,
+}
+
+enum Outcome {
+    Stopped,
+    Failed { trace: String, instance: u64 },
+}
+
+/// Longest pause between polls that returned nothing.
+const MAX_IDLE_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Runs the task until `stop` turns true.
+pub async fn run_task(spec: TaskSpec, mut stop: watch::Receiver<bool>) {
+    let board = spec.services.board.clone();
+    let connector = spec.namespace.connector.clone();
+    let mut attempt = 0u32;
+    loop {
+        match run_instance(&spec, &mut stop, attempt > 0).await {
+            Outcome::Stopped => return,
+            Outcome::Failed { trace, instance } => {
+                board.set_task(&connector, spec.task, State::Failed, Some(trace), instance);
+                let restart = spec.settings.restart;
+                if !restart.enabled {
+                    stopped(&mut stop).await;
+                    return;
+                }
+                let delay = restart.backoff(attempt);
+                attempt = attempt.saturating_add(1);
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stopped(&mut stop) => return,
+                }
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restarting: bool) -> Outcome {
+    let services = &spec.services;
+    let board = &services.board;
+    let connector = &spec.namespace.connector;
+    let context = InstanceContext {
+        namespace: spec.namespace.clone(),
+        task: Some(spec.task),
+        offsets: services.offsets.clone(),
+        reconfigure: Some(spec.reconfigure.clone()),
+    };
+    let failed = |trace: String, instance: u64| Outcome::Failed { trace, instance };
+    let mut instance = match services.runtime.instantiate(spec.plugin.pre(), context, &spec.settings.sandbox).await {
+        Ok(instance) => instance,
+        Err(e) => return failed(e.to_string(), 0),
+    };
+    let id = instance.id;
+    if restarting {
+        board.set_task(connector, spec.task, State::Restarting, None, id);
+    }
+    match instance.task_start(&spec.config).await {
+        Err(e) => return failed(e.to_string(), id),
+        Ok(Err(e)) => return failed(describe_connector_error(&e), id),
+        Ok(Ok(())) => {}
+    }
+    board.set_task(connector, spec.task, State::Running, None, id);
+
+    let mut idle = Duration::ZERO;
+    let mut last_commit = Instant::now();
+    while !*stop.borrow() {
+        let records = match instance.poll().await {
+            Err(e) => return failed(e.to_string(), id),
+            Ok(Err(ConnectorError::Retriable(message))) => {
+                tracing::warn!(connector = %connector, task = spec.task, "poll: retriable error: {message}");
+                Vec::new()
+            }
+            Ok(Err(e)) => return failed(describe_connector_error(&e), id),
+            Ok(Ok(records)) => records,
+        };
+        if records.is_empty() {
+            idle = (idle * 2).clamp(Duration::from_millis(1), MAX_IDLE_BACKOFF);
+            tokio::select! {
+                _ = tokio::time::sleep(idle) => {}
+                _ = stop.changed() => {}
+            }
+        } else {
+            idle = Duration::ZERO;
+            let now = now_ms();
+            let mut checked = Vec::with_capacity(records.len());
+            for (index, record) in records.into_iter().enumerate() {
+                match check_record(record, now) {
+                    Ok(record) => checked.push(record),
+                    Err(reason) => {
+                        let trace = format!(
+                            "connector '{connector}' task {}: record {index} of the poll batch refused: {reason}",
+                            spec.task
+                        );
+                        return failed(trace, id);
+                    }
+                }
+            }
+            let offsets = latest_offsets(&checked);
+            let count = checked.len() as u64;
+            let (destination, namespace) = (spec.destination.clone(), spec.namespace.clone());
+            let delivered =
+                tokio::task::spawn_blocking(move || destination.deliver(&namespace, &checked, &offsets)).await;
+            match delivered {
+                Ok(Ok(())) => {
+                    spec.delivered.fetch_add(count, Ordering::Relaxed);
+                }
+                Ok(Err(e)) => return failed(format!("destination failed: {e:#}"), id),
+                Err(e) => return failed(format!("destination failed: {e}"), id),
+            }
+        }
+        if last_commit.elapsed() >= spec.settings.offset_flush_interval {
+            last_commit = Instant::now();
+            if let Some(outcome) = commit(&mut instance, spec, id).await {
+                return outcome;
+            }
+        }
+    }
+    // Offsets of everything delivered are already durable: tell the task, then stop it.
+    if let Some(outcome) = commit(&mut instance, spec, id).await {
+        return outcome;
+    }
+    if let Err(e) = instance.task_stop().await {
+        tracing::warn!(connector = %connector, task = spec.task, "stop failed: {e}");
+    }
+    Outcome::Stopped
+}
+
+async fn commit(instance: &mut crate::sandbox::PluginInstance, spec: &TaskSpec, id: u64) -> Option<Outcome> {
+    match instance.commit().await {
+        Err(e) => Some(Outcome::Failed { trace: e.to_string(), instance: id }),
+        Ok(Err(ConnectorError::Retriable(m))) => {
+            tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "commit: retriable error: {m}");
+            None
+        }
+        Ok(Err(e)) => Some(Outcome::Failed { trace: describe_connector_error(&e), instance: id }),
+        Ok(Ok(())) => None,
+    }
+}
