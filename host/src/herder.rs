@@ -367,6 +367,7 @@ impl ConnectorRun {
         for (i, task) in old.into_iter().enumerate() {
             if changed.contains(&i) {
                 stopping.push(task);
+                kept.push(None);
             } else {
                 kept.push(Some(task));
             }

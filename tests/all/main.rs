@@ -1,1 +1,8 @@
+//! Integration tests: real plugins (built from source by `host/build.rs`) in a real host,
+//! one test binary with a module per feature, as wasmtime does.
 
+mod common;
+mod failures;
+mod imports;
+mod reconfigure;
+mod registry;

@@ -40,6 +40,7 @@ struct State {
     task_ids: Vec<String>,
     control_seen: Option<String>,
     ticks: u64,
+    task_configs_calls: u64,
     task_id: String,
     next: u64,
     started_ms: u64,
@@ -110,6 +111,7 @@ impl ConnectorGuest for Testkit {
 
     fn task_configs(max_tasks: u32) -> Result<Vec<Config>, ConnectorError> {
         STATE.with_borrow_mut(|state| {
+            state.task_configs_calls += 1;
             let control = read_control(&state.config);
             let overrides: Vec<BTreeMap<String, String>> = match &control {
                 Some((_, value)) => value["tasks"]
@@ -177,7 +179,12 @@ impl ConnectorGuest for Testkit {
                         (p.clone(), o.map_or(Value::Null, |o| serde_json::from_str(&o).unwrap_or(Value::Null)))
                     })
                     .collect();
-                let observed = json!({ "ticks": state.ticks, "batch": batch, "single": single });
+                let observed = json!({
+                    "ticks": state.ticks,
+                    "task_configs_calls": state.task_configs_calls,
+                    "batch": batch,
+                    "single": single,
+                });
                 let tmp = format!("{path}.tmp");
                 std::fs::write(&tmp, observed.to_string())
                     .and_then(|_| std::fs::rename(&tmp, path))

@@ -1,0 +1,125 @@
+//! A connector's `raise-error`, a trap in a task's `poll` and a deadline overrun each fail
+//! exactly the affected connector or task, with the reason in its trace, while another
+//! connector in the same host keeps delivering; and restart with backoff works.
+
+use serde_json::json;
+use sluice::status::State;
+
+use crate::common::*;
+
+/// A well-behaved neighbour: endless counter.
+async fn start_neighbour(host: &TestHost) {
+    host.start(connector("neighbour", "counter", &[("topic", "n"), ("records.per.second", "200")])).await;
+    host.wait_task("neighbour", 0, State::Running).await;
+}
+
+async fn assert_neighbour_keeps_delivering(host: &TestHost) {
+    let now = host.seq("neighbour", r#"{"counter":0}"#).unwrap_or(0);
+    wait_until("the neighbour to keep delivering", || {
+        (host.seq("neighbour", r#"{"counter":0}"#)? > now + 20).then_some(())
+    })
+    .await;
+    let status = host.status("neighbour").unwrap();
+    assert_eq!(status.connector.state, State::Running);
+    assert_eq!(status.tasks[0].state, State::Running);
+    let values = host.values("n");
+    let expected: Vec<String> = (0..values.len()).map(|i| counter_value(i as u64)).collect();
+    assert_eq!(values, expected, "the neighbour's records must be complete and in order");
+}
+
+fn counter_value(seq: u64) -> String {
+    String::from_utf8(counter::generator::value(0, seq, 64)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raise_error_from_the_connector_fails_only_that_connector() {
+    let host = TestHost::new(&["testkit", "counter"]).await;
+    start_neighbour(&host).await;
+    let control = host.scratch("control.json");
+    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    write_json(&control, json!({"tasks": [{"task.id": "0"}], "raise_error": "source is gone"}));
+    let config =
+        [("topic", "t"), ("monitor.interval.ms", "50"), ("control.file", &control), ("sandbox.fs.read", &scratch)];
+    host.start(connector("doomed", "testkit", &config)).await;
+    let status = host.wait_state("doomed", State::Failed).await;
+    assert_eq!(status.connector.trace.as_deref(), Some("raise-error: source is gone"));
+    assert_neighbour_keeps_delivering(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trap_in_poll_fails_only_that_task() {
+    let host = TestHost::new(&["testkit", "counter"]).await;
+    start_neighbour(&host).await;
+    let control = host.scratch("control.json");
+    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    write_json(&control, json!({"tasks": [{"task.id": "ok"}, {"task.id": "bad", "poll.trap.at": "5"}]}));
+    let config = [("topic", "t"), ("tasks.max", "2"), ("control.file", &control), ("sandbox.fs.read", &scratch)];
+    host.start(connector("trapper", "testkit", &config)).await;
+    let failed = host.wait_task("trapper", 1, State::Failed).await;
+    let trace = failed.trace.unwrap();
+    assert!(trace.starts_with("trap in poll:") && trace.contains("unreachable"), "{trace}");
+    assert_eq!(host.seq("trapper", r#"{"task":"bad"}"#), Some(4), "records before the trap are delivered");
+    let status = host.status("trapper").unwrap();
+    assert_eq!((status.connector.state, status.tasks[0].state), (State::Running, State::Running));
+    let ok_now = host.seq("trapper", r#"{"task":"ok"}"#).unwrap_or(0);
+    wait_until("the healthy task to go on", || (host.seq("trapper", r#"{"task":"ok"}"#)? > ok_now + 10).then_some(()))
+        .await;
+    assert_neighbour_keeps_delivering(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_overrun_fails_the_task_with_the_reason() {
+    let host = TestHost::new(&["testkit", "counter"]).await;
+    start_neighbour(&host).await;
+    let config = [("topic", "t"), ("poll.loop.at", "3"), ("sandbox.call.timeout.ms", "300")];
+    host.start(connector("spinner", "testkit", &config)).await;
+    let failed = host.wait_task("spinner", 0, State::Failed).await;
+    assert_eq!(failed.trace.as_deref(), Some("poll did not return within 300 ms"));
+    assert_eq!(host.status("spinner").unwrap().connector.state, State::Running);
+    assert_neighbour_keeps_delivering(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_task_restarts_with_backoff_and_loses_nothing() {
+    let host = TestHost::new(&["testkit"]).await;
+    let marker = host.scratch("trapped");
+    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    let config = [
+        ("topic", "t"),
+        ("record.count", "40"),
+        ("poll.trap.at", "10"),
+        ("trap.marker.file", &marker),
+        ("sandbox.fs.write", &scratch),
+        ("restart.policy", "on-failure"),
+        ("restart.backoff.initial.ms", "200"),
+    ];
+    host.start(connector("phoenix", "testkit", &config)).await;
+    let first = host.wait_task("phoenix", 0, State::Running).await;
+    wait_until("all 40 records after the restart", || (host.seq("phoenix", r#"{"task":"0"}"#)? == 39).then_some(()))
+        .await;
+    assert!(std::path::Path::new(&marker).exists(), "the task must have trapped once");
+    let task = host.wait_task("phoenix", 0, State::Running).await;
+    assert!(task.instance > first.instance, "the task must run in a new sandbox instance");
+    assert_eq!(host.values("t"), sequence("0", 40));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_connector_restarts_with_backoff() {
+    let host = TestHost::new(&["testkit"]).await;
+    let control = host.scratch("control.json");
+    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    write_json(&control, json!({"tasks": [{"task.id": "0"}], "raise_error": "flaky"}));
+    let config = [
+        ("topic", "t"),
+        ("monitor.interval.ms", "50"),
+        ("control.file", &control),
+        ("sandbox.fs.read", &scratch),
+        ("restart.policy", "on-failure"),
+        ("restart.backoff.initial.ms", "100"),
+    ];
+    host.start(connector("flaky", "testkit", &config)).await;
+    host.wait_state("flaky", State::Failed).await;
+    write_json(&control, json!({"tasks": [{"task.id": "0"}]}));
+    let status = host.wait_state("flaky", State::Running).await;
+    assert_eq!(status.connector.trace, None);
+}

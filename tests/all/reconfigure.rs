@@ -1,0 +1,81 @@
+//! Incremental reconfiguration: unchanged task configs restart nothing; a changed task is
+//! the only one restarted, after committing its offsets; the task count shrinks and grows.
+
+use serde_json::{Value, json};
+use sluice::status::State;
+
+use crate::common::*;
+
+fn instances(host: &TestHost) -> Vec<(u32, u64, State)> {
+    host.status("r").unwrap().tasks.iter().map(|t| (t.id, t.instance, t.state)).collect()
+}
+
+async fn all_running(host: &TestHost, count: usize) -> Vec<(u32, u64, State)> {
+    wait_until(&format!("{count} tasks RUNNING"), || {
+        let tasks = instances(host);
+        (tasks.len() == count && tasks.iter().all(|t| t.2 == State::Running)).then_some(tasks)
+    })
+    .await
+}
+
+async fn task_configs_calls_above(observe: &str, calls: u64) {
+    wait_until("task-configs to be called again", || {
+        (read_json(observe)?["task_configs_calls"].as_u64()? > calls).then_some(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_changed_tasks_restart() {
+    let host = TestHost::new(&["testkit"]).await;
+    let control = host.scratch("control.json");
+    let observe = host.scratch("observed.json");
+    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    let tasks = |list: Value| json!({ "tasks": list });
+    write_json(&control, tasks(json!([{"task.id": "a"}, {"task.id": "b"}, {"task.id": "c"}])));
+    let config = [
+        ("topic", "t"),
+        ("tasks.max", "3"),
+        ("records.per.second", "100"),
+        ("monitor.interval.ms", "50"),
+        ("control.file", control.as_str()),
+        ("observe.file", observe.as_str()),
+        ("sandbox.fs.write", scratch.as_str()),
+    ];
+    host.start(connector("r", "testkit", &config)).await;
+    let before = all_running(&host, 3).await;
+
+    // The control file's text changes but the task configs do not.
+    let calls = read_json(&observe).and_then(|o| o["task_configs_calls"].as_u64()).unwrap_or(0);
+    std::fs::write(&control, format!("{}\n\n", tasks(json!([{"task.id": "a"}, {"task.id": "b"}, {"task.id": "c"}]))))
+        .unwrap();
+    task_configs_calls_above(&observe, calls).await;
+    assert_eq!(instances(&host), before, "unchanged configs must not restart any task");
+
+    // Change task 1 only.
+    wait_until("task b to commit something", || host.seq("r", r#"{"task":"b"}"#)).await;
+    write_json(&control, tasks(json!([{"task.id": "a"}, {"task.id": "b", "x": "1"}, {"task.id": "c"}])));
+    let after = wait_until("task 1 to be restarted", || {
+        let tasks = instances(&host);
+        (tasks.len() == 3 && tasks[1].1 != before[1].1 && tasks[1].2 == State::Running).then_some(tasks)
+    })
+    .await;
+    assert_eq!((after[0], after[2]), (before[0], before[2]), "tasks 0 and 2 must keep running untouched");
+    // The stopped task committed what it delivered, so the new one resumed right after it.
+    let committed_before = host.seq("r", r#"{"task":"b"}"#).unwrap();
+    wait_until("b to go on", || (host.seq("r", r#"{"task":"b"}"#)? > committed_before + 5).then_some(())).await;
+    let b_values = values_of(&host.values("t"), "b");
+    assert_eq!(b_values, sequence("b", b_values.len() as u64), "task b lost or repeated records across its restart");
+
+    // Shrink to one task: task 0 keeps running.
+    write_json(&control, tasks(json!([{"task.id": "a"}])));
+    let shrunk = all_running(&host, 1).await;
+    assert_eq!(shrunk[0], before[0]);
+
+    // Grow to three again: task 0 still untouched, two new tasks.
+    write_json(&control, tasks(json!([{"task.id": "a"}, {"task.id": "d"}, {"task.id": "e"}])));
+    let grown = all_running(&host, 3).await;
+    assert_eq!(grown[0], before[0]);
+    assert!(grown[1].1 > after[2].1 && grown[2].1 > after[2].1, "tasks 1 and 2 must be new instances");
+    wait_until("new task e to deliver", || host.seq("r", r#"{"task":"e"}"#)).await;
+}
