@@ -1,1 +1,39 @@
+//! End-to-end tests: the `sluice` binary as a child process (crash safety under SIGKILL,
+//! CLI errors and exit codes, graceful stop).
 
+mod cli;
+mod crash;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+pub fn sluice() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command.env("SLUICE_PLUGIN_PATH", sluice::BUILT_PLUGINS).env("SLUICE_LOG", "warn");
+    command
+}
+
+pub fn run(args: &[&str]) -> Output {
+    sluice().args(args).output().unwrap()
+}
+
+/// Writes a connector file and returns its path.
+pub fn connector_file(dir: &Path, file: &str, text: &str) -> PathBuf {
+    let path = dir.join(file);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub fn wait_until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(started.elapsed() < DEADLINE, "timed out after {DEADLINE:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}

@@ -1,0 +1,118 @@
+//! The CLI: bad connector files and configs get one line naming the file, the key and the
+//! reason, with exit code 2; `plugins` lists rejected files; SIGTERM stops gracefully.
+
+use std::process::Stdio;
+
+use crate::{connector_file, run, sluice, wait_until};
+
+/// Runs `sluice run` on one connector file and returns (exit code, stderr).
+fn run_connector(text: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = connector_file(dir.path(), "bad.json", text);
+    let data = dir.path().join("data");
+    let output = run(&["run", "--data-dir", data.to_str().unwrap(), file.to_str().unwrap()]);
+    (output.status.code(), String::from_utf8(output.stderr).unwrap(), file.display().to_string())
+}
+
+fn assert_config_error(text: &str, expected: &str) {
+    let (code, stderr, file) = run_connector(text);
+    assert_eq!(code, Some(2), "exit code for {text}: stderr {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {stderr}");
+    let expected = format!("error: {file}: {expected}");
+    assert!(lines[0].starts_with(&expected), "expected {expected:?}, got {:?}", lines[0]);
+}
+
+#[test]
+fn bad_connector_configs_name_file_key_and_reason() {
+    assert_config_error(
+        r#"{"name": "x", "config": {"connector.class": "nope", "topic": "t"}}"#,
+        "connector.class: unknown plugin 'nope'",
+    );
+    assert_config_error(r#"{"name": "x", "config": {"topic": "t"}}"#, "connector.class: missing");
+    assert_config_error(
+        r#"{"name": "x", "config": {"connector.class": "counter", "tasks.max": "0", "topic": "t"}}"#,
+        "tasks.max: '0' is not a positive integer",
+    );
+    assert_config_error(
+        r#"{"name": "x", "config": {"connector.class": "counter", "tasks.max": "two", "topic": "t"}}"#,
+        "tasks.max: 'two' is not a positive integer",
+    );
+    assert_config_error(r#"{"name": "x", "config": {"connector.class": "counter""#, "malformed JSON");
+    assert_config_error(
+        r#"{"name": "x", "config": {"connector.class": "counter"}}"#,
+        "topic: required by plugin counter",
+    );
+    assert_config_error(
+        r#"{"name": "x", "config": {"connector.class": "counter", "topic": "t", "record.size": "big"}}"#,
+        "record.size: 'big' is not a valid int",
+    );
+}
+
+#[test]
+fn plugins_lists_loaded_and_rejected_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(format!("{}/counter.wasm", sluice::BUILT_PLUGINS), dir.path().join("counter.wasm")).unwrap();
+    std::fs::write(dir.path().join("broken.wasm"), b"nope").unwrap();
+    let data = dir.path().join("data");
+    let output = run(&[
+        "plugins",
+        "--json",
+        "--plugin-path",
+        dir.path().to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(0));
+    let listing: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(listing["plugins"][0]["name"], "counter");
+    assert_eq!(listing["plugins"][0]["config"][0]["name"], "topic");
+    assert!(listing["rejected"][0]["file"].as_str().unwrap().ends_with("broken.wasm"));
+    assert!(listing["rejected"][0]["reason"].as_str().unwrap().contains("not a WebAssembly file"));
+}
+
+#[test]
+fn sigterm_stops_gracefully_and_the_cli_reads_what_was_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = connector_file(
+        dir.path(),
+        "c.json",
+        r#"{"name": "calm", "config": {"connector.class": "counter", "topic": "calm", "record.count": "300", "records.per.second": "1000"}}"#,
+    );
+    let mut child = sluice().arg("run").arg("--data-dir").arg(&data).arg(&file).stderr(Stdio::null()).spawn().unwrap();
+    let offsets = || run(&["offsets", "calm", "--json", "--data-dir", data.to_str().unwrap()]);
+    wait_until("all 300 records committed", || {
+        let output = offsets();
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        (json["offsets"][0]["offset"]["seq"] == 299).then_some(())
+    });
+    let term = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(term.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "SIGTERM must stop sluice cleanly");
+    let json: serde_json::Value = serde_json::from_slice(&offsets().stdout).unwrap();
+    assert_eq!(json["offsets"][0]["partition"], serde_json::json!({"counter": 0}));
+    let topics = String::from_utf8(run(&["topics", "list", "--data-dir", data.to_str().unwrap()]).stdout).unwrap();
+    assert_eq!(topics.trim(), "calm\t300");
+    let read = run(&["topics", "read", "calm", "--json", "--data-dir", data.to_str().unwrap()]);
+    let lines: Vec<serde_json::Value> = read
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 300);
+    assert_eq!(lines[299]["offset"], serde_json::json!({"seq": 299}));
+    assert!(lines[0]["value"].as_str().unwrap().starts_with("0-0."));
+}
+
+#[test]
+fn bench_prints_both_paths_and_the_ratio() {
+    let output = run(&["bench", "--records", "2000", "--rounds", "1"]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let table = String::from_utf8(output.stdout).unwrap();
+    assert!(table.lines().any(|l| l.starts_with("native ")), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("component ")), "{table}");
+    assert!(table.contains("ratio component/native: "), "{table}");
+}
