@@ -22,6 +22,7 @@ fn main() {
     }
 
     let wasm_target_dir = target_dir.join("wasm");
+    ensure_wasm_target();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(&cargo);
     command
@@ -61,6 +62,27 @@ fn main() {
     }
     println!("cargo:rustc-env=SLUICE_BUILT_PLUGINS={}", target_dir.join("plugins").display());
     println!("cargo:rustc-env=SLUICE_TEST_PLUGINS={}", target_dir.join("test-plugins").display());
+}
+
+/// `rust-toolchain.toml` names the target, but rustup adds it only when it installs the
+/// toolchain; a toolchain that was already there needs `rustup target add`.
+fn ensure_wasm_target() {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output().ok().filter(|o| o.status.success());
+    let Some(sysroot) = sysroot else { return };
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if sysroot.join("lib/rustlib/wasm32-wasip2").exists() {
+        return;
+    }
+    let mut rustup = Command::new("rustup");
+    rustup.args(["target", "add", "wasm32-wasip2"]);
+    if let Ok(toolchain) = std::env::var("RUSTUP_TOOLCHAIN") {
+        rustup.args(["--toolchain", &toolchain]);
+    }
+    match rustup.status() {
+        Ok(status) if status.success() => {}
+        _ => println!("cargo:warning=the wasm32-wasip2 target is missing and `rustup target add wasm32-wasip2` failed"),
+    }
 }
 
 /// Copying only changed files keeps the modification time (and the host's compile

@@ -231,7 +231,7 @@ async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<()>
             _ = terminate.recv() => break,
             _ = ticks.tick() => {
                 seconds += 1;
-                if !live && seconds % 10 != 0 {
+                if !live && !seconds.is_multiple_of(10) {
                     continue;
                 }
                 let mut parts = Vec::new();

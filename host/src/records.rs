@@ -67,29 +67,6 @@ fn shorten(text: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn partitions_are_canonical_and_primitive() {
-        assert_eq!(canonical_object(r#"{"b":1, "a":"x"}"#).unwrap(), r#"{"a":"x","b":1}"#);
-        assert!(canonical_object("[1]").unwrap_err().contains("not a JSON object"));
-        assert!(canonical_object(r#"{"a":{"b":1}}"#).unwrap_err().contains("\"a\""));
-        assert!(canonical_object("{").unwrap_err().starts_with("not JSON"));
-        assert!(canonical_object(r#"{"n":null,"t":true,"f":1.5}"#).is_ok());
-    }
-
-    #[test]
-    fn topics_follow_kafka_rules() {
-        assert!(check_topic("a.b_c-1").is_ok());
-        assert!(check_topic("").is_err());
-        assert!(check_topic(&"x".repeat(250)).unwrap_err().contains("250"));
-        assert!(check_topic(&"x".repeat(249)).is_ok());
-        assert!(check_topic("a b").unwrap_err().contains("' '"));
-    }
-}
-
 /// Bytes as JSON: a string when they are UTF-8, else `{"base16": "..."}`.
 pub fn bytes_json(bytes: &[u8]) -> serde_json::Value {
     match std::str::from_utf8(bytes) {
@@ -123,4 +100,42 @@ pub fn latest_offsets(records: &[Record]) -> Vec<(String, String)> {
         }
     }
     latest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_canonical_and_primitive() {
+        assert_eq!(canonical_object(r#"{"b":1, "a":"x"}"#).unwrap(), r#"{"a":"x","b":1}"#);
+        assert!(canonical_object("[1]").unwrap_err().contains("not a JSON object"));
+        assert!(canonical_object(r#"{"a":{"b":1}}"#).unwrap_err().contains("\"a\""));
+        assert!(canonical_object("{").unwrap_err().starts_with("not JSON"));
+        assert!(canonical_object(r#"{"n":null,"t":true,"f":1.5}"#).is_ok());
+    }
+
+    #[test]
+    fn topics_follow_kafka_rules() {
+        assert!(check_topic("a.b_c-1").is_ok());
+        assert!(check_topic("").is_err());
+        assert!(check_topic(&"x".repeat(250)).unwrap_err().contains("250"));
+        assert!(check_topic(&"x".repeat(249)).is_ok());
+        assert!(check_topic("a b").unwrap_err().contains("' '"));
+    }
+
+    #[test]
+    fn latest_offsets_keep_the_last_offset_of_each_partition() {
+        let record = |p: &str, o: &str| Record {
+            topic: "t".into(),
+            partition: p.into(),
+            offset: o.into(),
+            key: None,
+            value: None,
+            headers: vec![],
+            timestamp_ms: 0,
+        };
+        let batch = [record("a", "1"), record("b", "1"), record("a", "2")];
+        assert_eq!(latest_offsets(&batch), [("a".to_string(), "2".to_string()), ("b".to_string(), "1".to_string())]);
+    }
 }
