@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// (crate, folder the `.wasm` is copied to, name of the env var telling the host where)
-const PLUGINS: &[(&str, &str)] = &[("counter", "plugins"), ("testkit", "test-plugins")];
+/// (crate as cargo names its `.wasm`, folder under the target dir it is copied to)
+const PLUGINS: &[(&str, &str)] = &[("counter", "plugins"), ("file_pulse", "plugins"), ("testkit", "test-plugins")];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -30,7 +30,7 @@ fn main() {
         .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
         .arg(&wasm_target_dir);
     for (krate, _) in PLUGINS {
-        command.args(["-p", krate]);
+        command.args(["-p", &krate.replace('_', "-")]);
     }
     // The outer build's flags and wrappers (clippy, coverage) are for the host target.
     for var in [

@@ -9,4 +9,6 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use sluice::connector::types::{ConfigKey, ConfigProblem, ConfigType, ConnectorError, Importance, SourceRecord};
+pub use self::sluice::connector::types::{
+    ConfigKey, ConfigProblem, ConfigType, ConnectorError, Importance, SourceRecord,
+};

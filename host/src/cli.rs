@@ -62,21 +62,46 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print a connector's committed source offsets.
+    /// Print a connector's committed source offsets, or delete one partition's offset
+    /// (so the partition is read again from the start) while no `sluice run` uses the data.
     Offsets {
         connector: String,
         #[command(flatten)]
         data: DataDir,
         #[arg(long)]
         json: bool,
+        /// The partition (JSON) whose committed offset to delete.
+        #[arg(long, value_name = "PARTITION")]
+        delete: Option<String>,
+    },
+    /// Quick start: create a sample inbox and stream it with file-pulse; drop more files
+    /// into the inbox while it runs. Ctrl-C stops it.
+    Demo {
+        #[command(flatten)]
+        data: DataDir,
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// Where the sample inbox and the finished files go.
+        #[arg(long, default_value = "sluice-demo")]
+        dir: PathBuf,
     },
     /// List or read the topics of the local destination.
     Topics {
         #[command(subcommand)]
         command: TopicsCommand,
     },
-    /// Measure records/s through poll: the counter plugin as a component vs natively.
+    /// Benchmarks: `poll` (component vs native) and `files` (file-pulse vs a native loop).
     Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Records/s through a task's poll: the counter plugin as a component vs the same
+    /// code compiled natively.
+    Poll {
         #[command(flatten)]
         plugins: PluginPath,
         #[arg(long, default_value_t = 500_000)]
@@ -89,6 +114,15 @@ enum Command {
         batch: usize,
         #[arg(long, default_value_t = 5)]
         rounds: u32,
+    },
+    /// MB/s streaming one file of 100-byte lines with file-pulse, to the local destination
+    /// and to stdout, beside a native loop reading the same file.
+    Files {
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// File size in MiB.
+        #[arg(long, default_value_t = 1024)]
+        mib: u64,
     },
 }
 
@@ -158,7 +192,20 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run { data, plugins, connectors } => run(&data.data_dir, &plugins.plugin_path, &connectors).await,
         Command::Plugins { plugins, data, json } => list_plugins(&plugins.plugin_path, &data.data_dir, json).await,
-        Command::Offsets { connector, data, json } => offsets(&connector, &data.data_dir, json),
+        Command::Offsets { connector, data, json, delete: None } => offsets(&connector, &data.data_dir, json),
+        Command::Offsets { connector, data, delete: Some(partition), .. } => {
+            delete_offset(&connector, &data.data_dir, &partition)
+        }
+        Command::Demo { data, plugins, dir } => {
+            let file = crate::demo::prepare(&dir)?;
+            eprintln!(
+                "streaming {}/inbox with file-pulse: drop more files there; finished files move to {}/done",
+                dir.display(),
+                dir.display()
+            );
+            eprintln!("then: sluice topics read lines | head   (records)   sluice offsets file-pulse-demo   (offsets)");
+            run(&data.data_dir, &plugins.plugin_path, &[file]).await
+        }
         Command::Topics { command: TopicsCommand::List { data } } => {
             let db = Embedded::open_existing(&data.data_dir)?;
             for (topic, count) in db.topics(DEFAULT_TENANT)? {
@@ -178,9 +225,14 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 other => other,
             }
         }
-        Command::Bench { plugins, records, size, batch, rounds } => {
+        Command::Bench { which: BenchCommand::Poll { plugins, records, size, batch, rounds } } => {
             let rows = crate::bench::run(&plugins.plugin_path, records, size, batch, rounds).await?;
             crate::bench::print_table(&rows, size, batch);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench { which: BenchCommand::Files { plugins, mib } } => {
+            let rows = crate::bench::files(&plugins.plugin_path, mib).await?;
+            crate::bench::print_files_table(&rows);
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -200,6 +252,7 @@ async fn run(data_dir: &Path, plugin_path: &Path, files: &[PathBuf]) -> anyhow::
         }
         configs.push(config);
     }
+    let _lock = DataDirLock::acquire(data_dir)?;
     let herder = Herder::open(data_dir, plugin_path).await?;
     for config in &configs {
         if let Err(e) = herder.validate(config).await {
@@ -292,6 +345,44 @@ fn offsets(connector: &str, data_dir: &Path, json: bool) -> anyhow::Result<ExitC
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn delete_offset(connector: &str, data_dir: &Path, partition: &str) -> anyhow::Result<ExitCode> {
+    let partition = match crate::records::canonical_object(partition) {
+        Ok(partition) => partition,
+        Err(e) => {
+            eprintln!("error: --delete: the partition is {e}");
+            return Ok(ExitCode::from(CONFIG_ERROR));
+        }
+    };
+    let _lock = DataDirLock::acquire(data_dir)?;
+    let db = Embedded::open_existing(data_dir)?;
+    if db.delete_offset(&Namespace::new(DEFAULT_TENANT, connector), &partition)? {
+        println!("deleted the offset of {partition}: it will be read from the start");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("error: connector {connector} has no committed offset for {partition}");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// An exclusive lock on the data directory: one `sluice run` per directory, and no
+/// offset edits under a running connector.
+struct DataDirLock(#[allow(dead_code)] std::fs::File);
+
+impl DataDirLock {
+    fn acquire(data_dir: &Path) -> anyhow::Result<DataDirLock> {
+        std::fs::create_dir_all(data_dir)?;
+        let path = data_dir.join("sluice.lock");
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+        match file.try_lock() {
+            Ok(()) => Ok(DataDirLock(file)),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                anyhow::bail!("another sluice process is using {}; stop it first", data_dir.display())
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+        }
+    }
 }
 
 fn read_topic(data_dir: &Path, topic: &str, json: bool, from: u64) -> anyhow::Result<ExitCode> {

@@ -16,12 +16,14 @@
 //! | [`herder`] | connector and task lifecycle; reconfiguration is decided here |
 //! | [`task_runner`] | one task's poll, deliver and commit loop |
 //! | [`bench`] | `sluice bench`: component vs native throughput |
+//! | [`demo`] | `sluice demo`: the quick start's sample inbox and file-pulse config |
 //! | [`cli`] | the `sluice` command line |
 
 pub mod bench;
 pub mod bindings;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod destination;
 pub mod embedded;
 pub mod herder;

@@ -44,20 +44,43 @@ pub fn check_topic(topic: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// What one entry of a `poll` batch turned out to be.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Polled {
+    Record(Record),
+    /// An offset-only record: commit `offset` for `partition`, deliver nothing.
+    OffsetOnly {
+        partition: String,
+        offset: String,
+    },
+}
+
+impl Polled {
+    pub fn partition_and_offset(&self) -> (&str, &str) {
+        match self {
+            Polled::Record(r) => (&r.partition, &r.offset),
+            Polled::OffsetOnly { partition, offset } => (partition, offset),
+        }
+    }
+}
+
 /// Checks one record from `poll` and converts it.
-pub fn check_record(record: crate::bindings::SourceRecord, now_ms: i64) -> Result<Record, String> {
+pub fn check_record(record: crate::bindings::SourceRecord, now_ms: i64) -> Result<Polled, String> {
     let partition = canonical_object(&record.partition).map_err(|e| format!("partition is {e}"))?;
     let offset = canonical_object(&record.offset).map_err(|e| format!("offset is {e}"))?;
-    check_topic(&record.topic)?;
-    Ok(Record {
-        topic: record.topic,
+    let Some(topic) = record.topic else {
+        return Ok(Polled::OffsetOnly { partition, offset });
+    };
+    check_topic(&topic)?;
+    Ok(Polled::Record(Record {
+        topic,
         partition,
         offset,
         key: record.key,
         value: record.value,
         headers: record.headers.into_iter().map(|h| (h.key, h.value)).collect(),
         timestamp_ms: record.timestamp.unwrap_or(now_ms),
-    })
+    }))
 }
 
 fn shorten(text: &str) -> String {
@@ -91,12 +114,13 @@ pub fn record_json(record: &Record) -> serde_json::Value {
 
 /// The last offset of each partition in a batch, in order of first appearance: what
 /// delivering the batch lets us commit.
-pub fn latest_offsets(records: &[Record]) -> Vec<(String, String)> {
+pub fn latest_offsets(polled: &[Polled]) -> Vec<(String, String)> {
     let mut latest: Vec<(String, String)> = Vec::new();
-    for record in records {
-        match latest.iter_mut().find(|(p, _)| *p == record.partition) {
-            Some(entry) => entry.1 = record.offset.clone(),
-            None => latest.push((record.partition.clone(), record.offset.clone())),
+    for entry in polled {
+        let (partition, offset) = entry.partition_and_offset();
+        match latest.iter_mut().find(|(p, _)| p == partition) {
+            Some(entry) => entry.1 = offset.to_string(),
+            None => latest.push((partition.to_string(), offset.to_string())),
         }
     }
     latest
@@ -135,7 +159,11 @@ mod tests {
             headers: vec![],
             timestamp_ms: 0,
         };
-        let batch = [record("a", "1"), record("b", "1"), record("a", "2")];
+        let batch = [
+            Polled::Record(record("a", "1")),
+            Polled::Record(record("b", "1")),
+            Polled::OffsetOnly { partition: "a".into(), offset: "2".into() },
+        ];
         assert_eq!(latest_offsets(&batch), [("a".to_string(), "2".to_string()), ("b".to_string(), "1".to_string())]);
     }
 }

@@ -14,7 +14,7 @@ use crate::bindings::ConnectorError;
 use crate::config::ConnectorSettings;
 use crate::destination::Destination;
 use crate::herder::{Services, stopped};
-use crate::records::{check_record, latest_offsets};
+use crate::records::{Polled, Record, check_record, latest_offsets};
 use crate::registry::Plugin;
 use crate::sandbox::{InstanceContext, Pairs, describe_connector_error};
 use crate::status::State;
@@ -132,6 +132,13 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
                 }
             }
             let offsets = latest_offsets(&checked);
+            let checked: Vec<Record> = checked
+                .into_iter()
+                .filter_map(|polled| match polled {
+                    Polled::Record(record) => Some(record),
+                    Polled::OffsetOnly { .. } => None,
+                })
+                .collect();
             let count = checked.len() as u64;
             let (destination, namespace) = (spec.destination.clone(), spec.namespace.clone());
             let delivered =

@@ -3,6 +3,9 @@
 
 mod common;
 mod failures;
+mod file_pulse;
+#[path = "../support/files.rs"]
+mod files;
 mod imports;
 mod reconfigure;
 mod registry;

@@ -1,8 +1,11 @@
-//! End-to-end tests: the `sluice` binary as a child process (crash safety under SIGKILL,
-//! CLI errors and exit codes, graceful stop).
+//! End-to-end tests: the `sluice` binary as a child process (crash safety under SIGKILL
+//! for the counter and file-pulse, CLI errors and exit codes, graceful stop).
 
 mod cli;
 mod crash;
+mod file_pulse_crash;
+#[path = "../support/files.rs"]
+mod files;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

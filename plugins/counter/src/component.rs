@@ -185,7 +185,7 @@ impl TaskGuest for Counter {
                 .map(|g| SourceRecord {
                     partition: g.partition,
                     offset: g.offset,
-                    topic: topic.clone(),
+                    topic: Some(topic.clone()),
                     key: None,
                     value: Some(g.value),
                     headers: Vec::<Header>::new(),

@@ -255,7 +255,7 @@ impl TaskGuest for Testkit {
                 records.push(SourceRecord {
                     partition: partition(&state.task_id),
                     offset: json!({ "seq": seq }).to_string(),
-                    topic: config.get("topic").cloned().unwrap_or_default(),
+                    topic: config.get("topic").cloned(),
                     key: Some(state.task_id.clone().into_bytes()),
                     value: Some(format!("{}-{seq}", state.task_id).into_bytes()),
                     headers: Vec::new(),

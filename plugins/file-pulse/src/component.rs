@@ -1,0 +1,558 @@
+//! The `source-connector` world for file-pulse.
+//!
+//! The connector lists the directory on `tick`, reads every assigned file's committed
+//! offset in one `offsets` call, cleans up finished files, hands new files to tasks
+//! through `request-task-reconfiguration`, and restarts a stalled task by bumping that
+//! one task's generation (so the host restarts only it). Tasks stream their files
+//! round-robin, a bounded slice per poll, so a new small file never waits for a large one.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::assign::Assignment;
+use crate::offset::{FileKey, FileOffset};
+use crate::reader::{LineReader, read_whole};
+use crate::settings::{Cleanup, Completion, KEYS, ReadMode, Settings};
+
+wit_bindgen::generate!({ path: "../../wit", world: "source-connector" });
+
+use exports::sluice::connector::connector::{
+    Config, ConfigKey, ConfigProblem, ConnectorError, Guest as ConnectorGuest,
+};
+use exports::sluice::connector::task::{Guest as TaskGuest, SourceRecord};
+use sluice::connector::log::{Level, log};
+use sluice::connector::types::{ConfigType, Header, Importance};
+use sluice::connector::{connector_context, offset_storage_reader};
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn to_map(config: Config) -> BTreeMap<String, String> {
+    config.into_iter().collect()
+}
+
+fn invalid((key, reason): (String, String)) -> ConnectorError {
+    ConnectorError::InvalidConfig(format!("{key}: {reason}"))
+}
+
+thread_local! {
+    static PREOPENS: Vec<(wasi::filesystem::types::Descriptor, String)> = wasi::filesystem::preopens::get_directories();
+}
+
+/// The file's identity: WASI's metadata hash (device and inode) of the path.
+fn identity(path: &str) -> Option<String> {
+    PREOPENS.with(|preopens| {
+        preopens.iter().find_map(|(dir, root)| {
+            let rest = path.strip_prefix(root.trim_end_matches('/'))?;
+            let relative = rest.strip_prefix('/')?;
+            let hash = dir.metadata_hash_at(wasi::filesystem::types::PathFlags::empty(), relative).ok()?;
+            Some(format!("{:016x}", hash.lower))
+        })
+    })
+}
+
+fn committed(keys: &[FileKey]) -> Vec<Option<FileOffset>> {
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let partitions: Vec<String> = keys.iter().map(FileKey::partition).collect();
+    offset_storage_reader::offsets(&partitions)
+        .into_iter()
+        .map(|(_, o)| o.as_deref().and_then(FileOffset::parse))
+        .collect()
+}
+
+/// Lists matching files under the directory (relative paths, `/`-separated).
+fn list(settings: &Settings) -> std::io::Result<Vec<FileKey>> {
+    let mut found = Vec::new();
+    let mut pending = vec![String::new()];
+    while let Some(relative_dir) = pending.pop() {
+        let dir = if relative_dir.is_empty() {
+            settings.directory.clone()
+        } else {
+            format!("{}/{relative_dir}", settings.directory)
+        };
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // Hidden files are usually being written (editors, uploaders).
+            if name.starts_with('.') {
+                continue;
+            }
+            let relative = if relative_dir.is_empty() { name.clone() } else { format!("{relative_dir}/{name}") };
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                if settings.recursive {
+                    pending.push(relative);
+                }
+            } else if kind.is_file() && settings.filter.is_match(&name) {
+                if let Some(id) = identity(&format!("{}/{relative}", settings.directory)) {
+                    found.push(FileKey { path: relative, id });
+                }
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+// ---------------------------------------------------------------- connector
+
+#[derive(Default)]
+struct ConnectorState {
+    config: BTreeMap<String, String>,
+    settings: Option<Settings>,
+    assignment: Assignment,
+    generations: Vec<u64>,
+    finished: BTreeSet<FileKey>,
+    /// Files whose offset says failed and that this connector moved to the failure path:
+    /// if one comes back into the directory, it is retried.
+    moved_failed: BTreeMap<FileKey, u32>,
+    /// Retry attempt per file (in the task config).
+    attempts: BTreeMap<FileKey, u32>,
+    /// Per task: (offsets of its unfinished files, when they last changed).
+    progress: Vec<(String, u64)>,
+    last_listing_ms: u64,
+    /// Found by `start`, assigned by the first `task-configs` (which knows `tasks.max`).
+    initial: Vec<FileKey>,
+}
+
+thread_local! {
+    static CONNECTOR: RefCell<ConnectorState> = RefCell::new(ConnectorState::default());
+}
+
+impl ConnectorState {
+    fn settings(&self) -> &Settings {
+        self.settings.as_ref().expect("started")
+    }
+
+    /// Lists the directory; returns the files to assign (new ones, and failed ones moved back).
+    fn discover(&mut self) -> Result<Vec<FileKey>, ConnectorError> {
+        let files = list(self.settings())
+            .map_err(|e| ConnectorError::Retriable(format!("listing {}: {e}", self.settings().directory)))?;
+        let candidates: Vec<FileKey> =
+            files.into_iter().filter(|f| !self.assignment.contains(f) && !self.finished.contains(f)).collect();
+        let offsets = committed(&candidates);
+        let mut new = Vec::new();
+        for (file, offset) in candidates.into_iter().zip(offsets) {
+            match offset {
+                Some(offset) if offset.done => {
+                    if let (Some(_), Some(attempt)) = (&offset.failed, self.moved_failed.remove(&file)) {
+                        log(Level::Info, &format!("{} was moved back after failing: retrying it", file.path));
+                        self.attempts.insert(file.clone(), attempt + 1);
+                        new.push(file);
+                    } else {
+                        // Finished before (a restart, or cleanup did not run): clean up now.
+                        self.clean_up(&file, &offset);
+                        self.finished.insert(file);
+                    }
+                }
+                _ => new.push(file),
+            }
+        }
+        for file in &new {
+            self.finished.remove(file);
+        }
+        if !new.is_empty() {
+            log(
+                Level::Info,
+                &format!(
+                    "{} new file(s): {}",
+                    new.len(),
+                    new.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
+        Ok(new)
+    }
+
+    fn clean_up(&mut self, file: &FileKey, offset: &FileOffset) {
+        let settings = self.settings().clone();
+        let source = format!("{}/{}", settings.directory, file.path);
+        if identity(&source).as_deref() != Some(file.id.as_str()) {
+            return; // gone, or replaced by another file under the same name
+        }
+        let result = match (settings.cleanup, &offset.failed) {
+            (Cleanup::None, _) => return,
+            // A file that could not be read is kept for a person to look at.
+            (Cleanup::Delete, Some(_)) => return,
+            (Cleanup::Delete, None) => std::fs::remove_file(&source).map(|_| format!("deleted {}", file.path)),
+            (Cleanup::Move, failed) => {
+                let root = if failed.is_some() { &settings.move_failure } else { &settings.move_success };
+                let target = format!("{root}/{}", file.path);
+                if let Some(parent) = std::path::Path::new(&target).parent() {
+                    let _ = std::fs::create_dir_all(parent);
+                }
+                std::fs::rename(&source, &target).map(|_| {
+                    if failed.is_some() {
+                        self.moved_failed.insert(file.clone(), offset.attempt);
+                    }
+                    format!("moved {} to {target}", file.path)
+                })
+            }
+        };
+        match result {
+            Ok(done) => log(Level::Info, &done),
+            Err(e) => log(Level::Warn, &format!("cleanup of {} failed: {e}", file.path)),
+        }
+    }
+
+    /// Reads the committed offsets of every assigned, unfinished file: finished files are
+    /// cleaned up, and a task with no progress for the stall timeout gets a new generation.
+    fn watch(&mut self, now: u64) -> BTreeSet<usize> {
+        let open: Vec<FileKey> =
+            self.assignment.tasks.iter().flatten().filter(|f| !self.finished.contains(f)).cloned().collect();
+        let offsets: BTreeMap<FileKey, Option<FileOffset>> = open.iter().cloned().zip(committed(&open)).collect();
+        for (file, offset) in &offsets {
+            if let Some(offset) = offset.as_ref().filter(|o| o.done) {
+                if let Some(reason) = &offset.failed {
+                    log(Level::Warn, &format!("{} failed: {reason}", file.path));
+                }
+                self.clean_up(file, offset);
+                self.finished.insert(file.clone());
+            }
+        }
+        let timeout = self.settings().stall_timeout_ms;
+        let mut restart = BTreeSet::new();
+        for task in 0..self.assignment.tasks.len() {
+            let unfinished: Vec<&FileKey> =
+                self.assignment.tasks[task].iter().filter(|f| !self.finished.contains(f)).collect();
+            let snapshot: String = unfinished.iter().map(|f| format!("{}={:?};", f.path, offsets.get(*f))).collect();
+            let (last, since) = &mut self.progress[task];
+            if unfinished.is_empty() || *last != snapshot {
+                *last = snapshot;
+                *since = now;
+            } else if now.saturating_sub(*since) >= timeout {
+                let names: Vec<&str> = unfinished.iter().map(|f| f.path.as_str()).collect();
+                log(
+                    Level::Warn,
+                    &format!(
+                        "task {task} made no progress on {} for {} ms: restarting it",
+                        names.join(", "),
+                        now - *since
+                    ),
+                );
+                self.generations[task] += 1;
+                *since = now;
+                restart.insert(task);
+            }
+        }
+        restart
+    }
+
+    fn resize(&mut self, tasks: usize) {
+        let tasks = tasks.max(1);
+        if self.assignment.tasks.len() != tasks {
+            let orphans: Vec<FileKey> = self.assignment.tasks.iter().skip(tasks).flatten().cloned().collect();
+            self.assignment.tasks.resize(tasks, Vec::new());
+            self.assignment.add(&orphans, &self.finished);
+        }
+        self.generations.resize(tasks, 0);
+        self.progress.resize(tasks, (String::new(), now_ms()));
+    }
+}
+
+struct FilePulse;
+
+impl ConnectorGuest for FilePulse {
+    fn version() -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    fn config_def() -> Vec<ConfigKey> {
+        KEYS.iter()
+            .map(|(name, default, importance, doc)| ConfigKey {
+                name: name.to_string(),
+                type_: match *name {
+                    "fs.listing.recursive" => ConfigType::Boolean,
+                    n if n.ends_with(".ms") || n.ends_with(".size") || n.starts_with("poll.max") => ConfigType::Long,
+                    _ => ConfigType::String,
+                },
+                default_value: default.map(String::from),
+                importance: match *importance {
+                    "high" => Importance::High,
+                    "medium" => Importance::Medium,
+                    _ => Importance::Low,
+                },
+                documentation: doc.to_string(),
+            })
+            .collect()
+    }
+
+    fn validate(config: Config) -> Vec<ConfigProblem> {
+        let settings = match Settings::parse(&to_map(config)) {
+            Ok(settings) => settings,
+            Err((key, message)) => return vec![ConfigProblem { key, message }],
+        };
+        if let Err(e) = std::fs::read_dir(&settings.directory) {
+            return vec![ConfigProblem {
+                key: "fs.listing.directory.path".into(),
+                message: format!(
+                    "'{}' cannot be listed ({e}); grant it with sandbox.fs.read, or sandbox.fs.write when fs.cleanup.policy deletes or moves",
+                    settings.directory
+                ),
+            }];
+        }
+        Vec::new()
+    }
+
+    fn start(config: Config) -> Result<(), ConnectorError> {
+        let config = to_map(config);
+        let settings = Settings::parse(&config).map_err(invalid)?;
+        CONNECTOR.with_borrow_mut(|state| {
+            *state = ConnectorState { config, settings: Some(settings), ..ConnectorState::default() };
+            state.last_listing_ms = now_ms();
+            // List once now, so the first task configs already carry the files.
+            state.initial = state.discover()?;
+            Ok(())
+        })
+    }
+
+    fn task_configs(max_tasks: u32) -> Result<Vec<Config>, ConnectorError> {
+        CONNECTOR.with_borrow_mut(|state| {
+            state.resize(max_tasks as usize);
+            let initial = std::mem::take(&mut state.initial);
+            state.assignment.add(&initial, &state.finished);
+            Ok(state
+                .assignment
+                .tasks
+                .iter()
+                .enumerate()
+                .map(|(task, files)| {
+                    let files: Vec<(String, String, u32)> = files
+                        .iter()
+                        .map(|f| (f.path.clone(), f.id.clone(), state.attempts.get(f).copied().unwrap_or(0)))
+                        .collect();
+                    let mut config = state.config.clone();
+                    config.insert("file-pulse.task".into(), task.to_string());
+                    config.insert("file-pulse.generation".into(), state.generations[task].to_string());
+                    config.insert("file-pulse.files".into(), serde_json::to_string(&files).expect("serializable"));
+                    config.into_iter().collect()
+                })
+                .collect())
+        })
+    }
+
+    fn tick() -> Result<(), ConnectorError> {
+        CONNECTOR.with_borrow_mut(|state| {
+            let now = now_ms();
+            let mut changed = BTreeSet::new();
+            if now.saturating_sub(state.last_listing_ms) >= state.settings().listing_interval_ms {
+                state.last_listing_ms = now;
+                let new = state.discover()?;
+                changed.extend(state.assignment.add(&new, &state.finished));
+            }
+            changed.extend(state.watch(now));
+            if !changed.is_empty() {
+                connector_context::request_task_reconfiguration();
+            }
+            Ok(())
+        })
+    }
+
+    fn stop() {}
+}
+
+// ---------------------------------------------------------------- task
+
+struct TaskFile {
+    key: FileKey,
+    path: String,
+    offset: FileOffset,
+    reader: Option<LineReader>,
+    last_growth_ms: u64,
+    finished: bool,
+}
+
+#[derive(Default)]
+struct TaskState {
+    settings: Option<Settings>,
+    files: Vec<TaskFile>,
+    cursor: usize,
+    /// Test-only: with generation 0, stop emitting a file's lines after this many.
+    stall_after_lines: Option<u64>,
+}
+
+thread_local! {
+    static TASK: RefCell<TaskState> = RefCell::new(TaskState::default());
+}
+
+impl TaskFile {
+    fn record(&self, topic: &str, value: Option<Vec<u8>>) -> SourceRecord {
+        SourceRecord {
+            partition: self.key.partition(),
+            offset: self.offset.to_json(),
+            topic: value.as_ref().map(|_| topic.to_string()),
+            key: Some(self.key.path.clone().into_bytes()),
+            value,
+            headers: vec![
+                Header { key: "file.path".into(), value: self.key.path.clone().into_bytes() },
+                Header { key: "file.line".into(), value: self.offset.line.to_string().into_bytes() },
+            ],
+            timestamp: Some(now_ms() as i64),
+        }
+    }
+
+    /// Ends the file: the done flag rides on its last record of this poll, or on an
+    /// offset-only record when this poll produced none.
+    fn finish(&mut self, records: &mut Vec<SourceRecord>, last_of_this_poll: Option<usize>, failed: Option<String>) {
+        self.offset.done = true;
+        if let Some(reason) = failed {
+            log(Level::Warn, &format!("{}: {reason}", self.key.path));
+            self.offset.failed = Some(reason);
+        }
+        self.finished = true;
+        self.reader = None;
+        match last_of_this_poll {
+            Some(index) if self.offset.failed.is_none() => records[index].offset = self.offset.to_json(),
+            _ => records.push(self.record("", None)),
+        }
+    }
+}
+
+impl TaskState {
+    /// Reads from one file until the poll's budget is spent or nothing more is there.
+    fn read_file(&mut self, index: usize, records: &mut Vec<SourceRecord>, bytes: &mut usize) {
+        let settings = self.settings.clone().expect("started");
+        let stall_after = self.stall_after_lines;
+        let file = &mut self.files[index];
+        let mut last_of_this_poll = None;
+        let size = std::fs::metadata(&file.path).map(|m| m.len()).unwrap_or(file.offset.size);
+        if settings.read_mode == ReadMode::Bytes {
+            match read_whole(&file.path, settings.bytes_max) {
+                Ok(content) => {
+                    file.offset.position = content.len() as u64;
+                    file.offset.size = size;
+                    file.offset.line = 1;
+                    *bytes += content.len();
+                    records.push(file.record(&settings.topic, Some(content)));
+                    let last = records.len() - 1;
+                    file.finish(records, Some(last), None);
+                }
+                Err(e) => file.finish(records, None, Some(format!("cannot be read: {e}"))),
+            }
+            return;
+        }
+        if file.reader.is_none() {
+            match LineReader::open(&file.path, file.offset.position) {
+                Ok(reader) => file.reader = Some(reader),
+                Err(e) => return file.finish(records, None, Some(format!("cannot be read: {e}"))),
+            }
+        }
+        let hold_partial = settings.completion == Completion::Tail;
+        while records.len() < settings.poll_max_records && *bytes < settings.poll_max_bytes {
+            if stall_after.is_some_and(|n| file.offset.line >= n) {
+                return;
+            }
+            let reader = file.reader.as_mut().expect("opened above");
+            match reader.next_line(hold_partial) {
+                Ok(Some(line)) => {
+                    file.offset.position = reader.position;
+                    file.offset.line += 1;
+                    file.offset.size = size;
+                    file.last_growth_ms = now_ms();
+                    *bytes += line.len();
+                    records.push(file.record(&settings.topic, Some(line)));
+                    last_of_this_poll = Some(records.len() - 1);
+                }
+                Ok(None) => {
+                    let done = match settings.completion {
+                        Completion::Eof => true,
+                        // Rotated, replaced or removed: everything written to it was read
+                        // through the open handle, so it is finished.
+                        Completion::Tail => {
+                            identity(&file.path).as_deref() != Some(file.key.id.as_str())
+                                || (settings.tail_idle_ms > 0
+                                    && now_ms().saturating_sub(file.last_growth_ms) >= settings.tail_idle_ms)
+                        }
+                    };
+                    if done {
+                        file.finish(records, last_of_this_poll, None);
+                    }
+                    return;
+                }
+                Err(e) => return file.finish(records, last_of_this_poll, Some(format!("cannot be read: {e}"))),
+            }
+        }
+    }
+}
+
+impl TaskGuest for FilePulse {
+    fn start(config: Config) -> Result<(), ConnectorError> {
+        let config = to_map(config);
+        let settings = Settings::parse(&config).map_err(invalid)?;
+        let listed: Vec<(String, String, u32)> = config
+            .get("file-pulse.files")
+            .map(|text| serde_json::from_str(text))
+            .transpose()
+            .map_err(|e| ConnectorError::InvalidConfig(format!("file-pulse.files: {e}")))?
+            .unwrap_or_default();
+        let keys: Vec<FileKey> =
+            listed.iter().map(|(path, id, _)| FileKey { path: path.clone(), id: id.clone() }).collect();
+        let offsets = committed(&keys);
+        let now = now_ms();
+        let files = keys
+            .into_iter()
+            .zip(offsets)
+            .zip(listed)
+            .map(|((key, offset), (_, _, attempt))| {
+                let offset = match offset {
+                    Some(offset) if offset.attempt >= attempt => offset,
+                    _ => FileOffset { attempt, ..FileOffset::default() },
+                };
+                TaskFile {
+                    path: format!("{}/{}", settings.directory, key.path),
+                    finished: offset.done,
+                    key,
+                    offset,
+                    reader: None,
+                    last_growth_ms: now,
+                }
+            })
+            .collect::<Vec<_>>();
+        let generation: u64 = config.get("file-pulse.generation").and_then(|g| g.parse().ok()).unwrap_or(0);
+        // Test-only: task `test.stall.task` (default all) stalls in its first generation.
+        let this_task = config.get("file-pulse.task").cloned().unwrap_or_default();
+        let stalls_here = config.get("test.stall.task").is_none_or(|t| *t == this_task);
+        let stall_after_lines = config
+            .get("test.stall.after.lines")
+            .and_then(|n| n.parse().ok())
+            .filter(|_| generation == 0 && stalls_here);
+        let open = files.iter().filter(|f| !f.finished).count();
+        log(Level::Info, &format!("streaming {open} of {} assigned file(s), generation {generation}", files.len()));
+        TASK.with_borrow_mut(|state| {
+            *state = TaskState { settings: Some(settings), files, cursor: 0, stall_after_lines }
+        });
+        Ok(())
+    }
+
+    fn poll() -> Result<Vec<SourceRecord>, ConnectorError> {
+        TASK.with_borrow_mut(|state| {
+            let mut records = Vec::new();
+            let mut bytes = 0;
+            let count = state.files.len();
+            let settings = state.settings.clone().expect("started");
+            for step in 0..count {
+                if records.len() >= settings.poll_max_records || bytes >= settings.poll_max_bytes {
+                    break;
+                }
+                let index = (state.cursor + step) % count;
+                if !state.files[index].finished {
+                    state.read_file(index, &mut records, &mut bytes);
+                }
+            }
+            // The next poll starts with the next file: every file gets its turn.
+            state.cursor = if count == 0 { 0 } else { (state.cursor + 1) % count };
+            Ok(records)
+        })
+    }
+
+    fn commit() -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
+    fn stop() {}
+}
+
+export!(FilePulse);

@@ -1,0 +1,201 @@
+//! file-pulse's config keys: their documentation (served through `config-def`) and their
+//! parsing, with errors that name the key.
+
+use std::collections::BTreeMap;
+
+/// (name, default, importance, documentation); `None` default = required.
+pub const KEYS: &[(&str, Option<&str>, &str, &str)] = &[
+    ("topic", None, "high", "Destination topic."),
+    (
+        "fs.listing.directory.path",
+        None,
+        "high",
+        "Directory to scan. Grant it with sandbox.fs.read (sandbox.fs.write when cleanup deletes or moves).",
+    ),
+    ("fs.listing.interval.ms", Some("1000"), "medium", "How often the connector lists the directory."),
+    ("fs.listing.recursive", Some("false"), "medium", "Descend into subdirectories."),
+    ("file.filter.regex.pattern", Some(".*"), "medium", "Only files whose name matches are streamed."),
+    ("fs.cleanup.policy", Some("none"), "medium", "What happens to a finished file: none, delete, or move."),
+    ("fs.cleanup.policy.move.success.path", Some(""), "medium", "With move: where finished files go."),
+    (
+        "fs.cleanup.policy.move.failure.path",
+        Some(""),
+        "medium",
+        "With move: where files that could not be read go (default: the success path).",
+    ),
+    (
+        "read.mode",
+        Some("lines"),
+        "medium",
+        "lines (one record per line, without the newline) or bytes (one record per file).",
+    ),
+    ("read.bytes.max.size", Some("10485760"), "low", "With read.mode=bytes: larger files are refused (marked failed)."),
+    (
+        "file.completion",
+        Some("eof"),
+        "medium",
+        "eof (done at end of file) or tail (follow appends until removed, rotated or idle).",
+    ),
+    ("tail.idle.ms", Some("0"), "low", "With tail: a file that has not grown for this long is done; 0 means never."),
+    (
+        "task.stall.timeout.ms",
+        Some("30000"),
+        "medium",
+        "A task whose unfinished files show no committed progress for this long is restarted.",
+    ),
+    ("poll.max.records", Some("2000"), "low", "Most records a task returns per poll."),
+    ("poll.max.bytes", Some("4194304"), "low", "Most bytes a task returns per poll."),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cleanup {
+    None,
+    Delete,
+    Move,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadMode {
+    Lines,
+    Bytes,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    Eof,
+    Tail,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub topic: String,
+    pub directory: String,
+    pub listing_interval_ms: u64,
+    pub recursive: bool,
+    pub filter: regex_lite::Regex,
+    pub cleanup: Cleanup,
+    pub move_success: String,
+    pub move_failure: String,
+    pub read_mode: ReadMode,
+    pub bytes_max: u64,
+    pub completion: Completion,
+    pub tail_idle_ms: u64,
+    pub stall_timeout_ms: u64,
+    pub poll_max_records: usize,
+    pub poll_max_bytes: usize,
+}
+
+/// `(key, reason)`
+pub type Problem = (String, String);
+
+impl Settings {
+    pub fn parse(config: &BTreeMap<String, String>) -> Result<Settings, Problem> {
+        let get = |key: &str| -> String {
+            match config.get(key) {
+                Some(v) => v.trim().to_string(),
+                None => KEYS.iter().find(|k| k.0 == key).and_then(|k| k.1).unwrap_or("").to_string(),
+            }
+        };
+        let problem = |key: &str, reason: String| (key.to_string(), reason);
+        let required = |key: &str| -> Result<String, Problem> {
+            let value = get(key);
+            if value.is_empty() { Err(problem(key, "required".into())) } else { Ok(value) }
+        };
+        let number = |key: &str| -> Result<u64, Problem> {
+            let value = get(key);
+            value.parse().map_err(|_| problem(key, format!("'{value}' is not a non-negative integer")))
+        };
+        let boolean = |key: &str| -> Result<bool, Problem> {
+            match get(key).to_ascii_lowercase().as_str() {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                other => Err(problem(key, format!("'{other}' is not true or false"))),
+            }
+        };
+        let pattern = get("file.filter.regex.pattern");
+        let filter = regex_lite::Regex::new(&pattern).map_err(|e| {
+            problem("file.filter.regex.pattern", format!("'{pattern}' is not a valid regular expression: {e}"))
+        })?;
+        let cleanup = match get("fs.cleanup.policy").as_str() {
+            "none" => Cleanup::None,
+            "delete" => Cleanup::Delete,
+            "move" => Cleanup::Move,
+            other => {
+                return Err(problem(
+                    "fs.cleanup.policy",
+                    format!("unknown policy '{other}' (expected none, delete or move)"),
+                ));
+            }
+        };
+        let move_success = get("fs.cleanup.policy.move.success.path");
+        if cleanup == Cleanup::Move && move_success.is_empty() {
+            return Err(problem(
+                "fs.cleanup.policy.move.success.path",
+                "required when fs.cleanup.policy is move".into(),
+            ));
+        }
+        let move_failure = match get("fs.cleanup.policy.move.failure.path") {
+            empty if empty.is_empty() => move_success.clone(),
+            path => path,
+        };
+        let read_mode = match get("read.mode").as_str() {
+            "lines" => ReadMode::Lines,
+            "bytes" => ReadMode::Bytes,
+            other => return Err(problem("read.mode", format!("unknown mode '{other}' (expected lines or bytes)"))),
+        };
+        let completion = match get("file.completion").as_str() {
+            "eof" => Completion::Eof,
+            "tail" => Completion::Tail,
+            other => {
+                return Err(problem("file.completion", format!("unknown completion '{other}' (expected eof or tail)")));
+            }
+        };
+        Ok(Settings {
+            topic: required("topic")?,
+            directory: required("fs.listing.directory.path")?.trim_end_matches('/').to_string(),
+            listing_interval_ms: number("fs.listing.interval.ms")?,
+            recursive: boolean("fs.listing.recursive")?,
+            filter,
+            cleanup,
+            move_success,
+            move_failure,
+            read_mode,
+            bytes_max: number("read.bytes.max.size")?,
+            completion,
+            tail_idle_ms: number("tail.idle.ms")?,
+            stall_timeout_ms: number("task.stall.timeout.ms")?,
+            poll_max_records: number("poll.max.records")?.max(1) as usize,
+            poll_max_bytes: number("poll.max.bytes")?.max(1) as usize,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<Settings, Problem> {
+        let mut config: BTreeMap<String, String> = [("topic", "t"), ("fs.listing.directory.path", "/in")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        config.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Settings::parse(&config)
+    }
+
+    #[test]
+    fn defaults_and_errors_name_the_key() {
+        let s = parse(&[]).unwrap();
+        assert_eq!(
+            (s.cleanup, s.read_mode, s.completion, s.stall_timeout_ms),
+            (Cleanup::None, ReadMode::Lines, Completion::Eof, 30000)
+        );
+        assert!(s.filter.is_match("anything"));
+        assert_eq!(parse(&[("topic", "")]).unwrap_err().0, "topic");
+        assert_eq!(parse(&[("file.filter.regex.pattern", "([")]).unwrap_err().0, "file.filter.regex.pattern");
+        assert_eq!(parse(&[("fs.cleanup.policy", "shred")]).unwrap_err().0, "fs.cleanup.policy");
+        assert_eq!(parse(&[("fs.cleanup.policy", "move")]).unwrap_err().0, "fs.cleanup.policy.move.success.path");
+        let moved = parse(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", "/done")]).unwrap();
+        assert_eq!(moved.move_failure, "/done");
+    }
+}
