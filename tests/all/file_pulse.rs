@@ -160,10 +160,15 @@ async fn tail_mode_follows_appends_and_reads_a_rotated_file_as_new() {
     let dirs = Dirs::new();
     let app = dirs.inbox.path().join("app.log");
     std::fs::write(&app, "one\ntwo\nthree\n").unwrap();
-    let config = dirs.config(&[("file.completion", "tail"), ("file.filter.regex.pattern", r"\.log$")]);
+    let config = dirs.config(&[
+        ("file.completion", "tail"),
+        ("file.filter.regex.pattern", r"\.log$"),
+        ("task.stall.timeout.ms", "300"),
+    ]);
     host.start(pulse("pulse", &config)).await;
     let lines = || by_file(&host, "lines").get("app.log").cloned().unwrap_or_default();
     wait_until("the first lines", || (lines().len() == 3).then_some(())).await;
+    let first = host.status("pulse").unwrap().tasks[0].instance;
     let mut file = std::fs::OpenOptions::new().append(true).open(&app).unwrap();
     file.write_all(b"four\nfi").unwrap();
     file.flush().unwrap();
@@ -171,6 +176,9 @@ async fn tail_mode_follows_appends_and_reads_a_rotated_file_as_new() {
     file.write_all(b"ve\n").unwrap();
     drop(file);
     wait_until("the completed partial line", || (lines().len() == 5).then_some(())).await;
+    // The same task instance followed the appends: it was neither restarted nor mistaken
+    // for stalled while it waited for data.
+    assert_eq!(host.status("pulse").unwrap().tasks[0].instance, first, "the tailing task was restarted");
     // Rotate: rename away (not matched by the filter), new file under the same name.
     std::fs::rename(&app, dirs.inbox.path().join("app.log.1")).unwrap();
     std::fs::write(&app, "new one\nnew two\n").unwrap();
@@ -259,4 +267,40 @@ async fn bad_configs_fail_validation_with_the_key() {
         assert_eq!(error.key.as_deref(), Some(key), "{error}");
         assert!(error.reason.contains(reason), "{error}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_file_fails_alone_and_is_retried_when_moved_back() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let (done, failed) = (Dirs::path(&dirs.done), Dirs::path(&dirs.failed));
+    drop_file(dirs.inbox.path(), "bad.log.gz", b"this is not gzip");
+    drop_file(dirs.inbox.path(), "good.log", b"good 1\ngood 2\n");
+    let config = dirs.config(&[
+        ("fs.cleanup.policy", "move"),
+        ("fs.cleanup.policy.move.success.path", &done),
+        ("fs.cleanup.policy.move.failure.path", &failed),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    let moved = dirs.failed.path().join("bad.log.gz");
+    wait_until("the bad file in the failure folder", || moved.exists().then_some(())).await;
+    wait_until("the good file in the success folder", || dirs.done.path().join("good.log").exists().then_some(()))
+        .await;
+    assert_eq!(by_file(&host, "lines").get("good.log").unwrap(), &["good 1", "good 2"]);
+    let offsets =
+        host.herder.services().offsets.all_offsets(&sluice::store::Namespace::new(DEFAULT_TENANT, "pulse")).unwrap();
+    let bad: serde_json::Value =
+        serde_json::from_str(&offsets.iter().find(|(p, _)| p.contains("bad.log.gz")).unwrap().1).unwrap();
+    assert_eq!(bad["done"], true);
+    assert!(bad["failed"].as_str().unwrap().contains("cannot be read"), "{bad}");
+    assert_eq!(host.status("pulse").unwrap().tasks[0].state, State::Running);
+
+    // Fix it where it lies (same file) and move it back: it is read again.
+    std::fs::write(&moved, crate::files::gzip("fixed 1\nfixed 2\n")).unwrap();
+    std::fs::rename(&moved, dirs.inbox.path().join("bad.log.gz")).unwrap();
+    wait_until("the retried file's lines", || (by_file(&host, "lines").get("bad.log.gz")?.len() == 2).then_some(()))
+        .await;
+    assert_eq!(by_file(&host, "lines")["bad.log.gz"], ["fixed 1", "fixed 2"]);
+    wait_until("the retried file in the success folder", || dirs.done.path().join("bad.log.gz").exists().then_some(()))
+        .await;
 }

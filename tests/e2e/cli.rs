@@ -126,3 +126,36 @@ fn file_bench_prints_native_local_and_stdout() {
         assert!(table.lines().any(|l| l.starts_with(path)), "{path}: {table}");
     }
 }
+
+#[test]
+fn offsets_delete_resets_a_partition_but_not_under_a_running_connector() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap();
+    let file = connector_file(
+        dir.path(),
+        "c.json",
+        r#"{"name": "reset", "config": {"connector.class": "counter", "topic": "reset", "record.count": "50"}}"#,
+    );
+    let mut child = sluice().arg("run").arg("--data-dir").arg(&data).arg(&file).stderr(Stdio::null()).spawn().unwrap();
+    let offsets = || -> serde_json::Value {
+        serde_json::from_slice(&run(&["offsets", "reset", "--json", "--data-dir", data_arg]).stdout).unwrap_or_default()
+    };
+    wait_until("all 50 records committed", || (offsets()["offsets"][0]["offset"]["seq"] == 49).then_some(()));
+    let refused = run(&["offsets", "reset", "--delete", r#"{"counter":0}"#, "--data-dir", data_arg]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("another sluice process is using"), "{refused:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let deleted = run(&["offsets", "reset", "--delete", r#"{"counter":0}"#, "--data-dir", data_arg]);
+    assert_eq!(deleted.status.code(), Some(0), "{deleted:?}");
+    assert_eq!(offsets()["offsets"], serde_json::json!([]));
+    // Run again: the partition is read from the start (50 more records).
+    let mut child = sluice().arg("run").arg("--data-dir").arg(&data).arg(&file).stderr(Stdio::null()).spawn().unwrap();
+    wait_until("the partition re-read", || (offsets()["offsets"][0]["offset"]["seq"] == 49).then_some(()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let topics = String::from_utf8(run(&["topics", "list", "--data-dir", data_arg]).stdout).unwrap();
+    assert_eq!(topics.trim(), "reset\t100");
+}

@@ -52,6 +52,48 @@ fn identity(path: &str) -> Option<String> {
     })
 }
 
+/// A file read with WASI's positional `read(length, offset)`. Unlike `std::fs::File`,
+/// whose WASI input stream stays closed once it reached the end, it sees data appended
+/// later, and it keeps reading the same file after a rename (rotation).
+struct PositionalFile {
+    file: wasi::filesystem::types::Descriptor,
+    offset: u64,
+}
+
+impl std::io::Read for PositionalFile {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let (data, _) =
+            self.file.read(buf.len() as u64, self.offset).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        buf[..data.len()].copy_from_slice(&data);
+        self.offset += data.len() as u64;
+        Ok(data.len())
+    }
+}
+
+fn open_positional(path: &str, offset: u64) -> std::io::Result<PositionalFile> {
+    use wasi::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
+    PREOPENS.with(|preopens| {
+        for (dir, root) in preopens {
+            let Some(relative) = path.strip_prefix(root.trim_end_matches('/')).and_then(|rest| rest.strip_prefix('/'))
+            else {
+                continue;
+            };
+            return dir
+                .open_at(PathFlags::SYMLINK_FOLLOW, relative, OpenFlags::empty(), DescriptorFlags::READ)
+                .map(|file| PositionalFile { file, offset })
+                .map_err(|e| std::io::Error::other(format!("{e:?}")));
+        }
+        Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{path} is not under a granted directory")))
+    })
+}
+
+fn open_reader(path: &str, position: u64) -> std::io::Result<LineReader> {
+    if path.ends_with(".gz") {
+        return LineReader::open(path, position);
+    }
+    Ok(LineReader::from_source(Box::new(open_positional(path, position)?), position))
+}
+
 fn committed(keys: &[FileKey]) -> Vec<Option<FileOffset>> {
     if keys.is_empty() {
         return Vec::new();
@@ -131,38 +173,37 @@ impl ConnectorState {
     fn discover(&mut self) -> Result<Vec<FileKey>, ConnectorError> {
         let files = list(self.settings())
             .map_err(|e| ConnectorError::Retriable(format!("listing {}: {e}", self.settings().directory)))?;
-        let candidates: Vec<FileKey> =
-            files.into_iter().filter(|f| !self.assignment.contains(f) && !self.finished.contains(f)).collect();
-        let offsets = committed(&candidates);
         let mut new = Vec::new();
+        // A file this connector moved away after it failed, now back: read it again.
+        let returned: Vec<FileKey> = files.iter().filter(|f| self.moved_failed.contains_key(f)).cloned().collect();
+        for file in &returned {
+            let attempt = self.moved_failed.remove(file).unwrap_or(0) + 1;
+            log(Level::Info, &format!("{} was moved back after failing: retrying it (attempt {attempt})", file.path));
+            self.attempts.insert(file.clone(), attempt);
+            self.finished.remove(file);
+            for task in &mut self.assignment.tasks {
+                task.retain(|f| f != file);
+            }
+            new.push(file.clone());
+        }
+        let candidates: Vec<FileKey> = files
+            .into_iter()
+            .filter(|f| !new.contains(f) && !self.assignment.contains(f) && !self.finished.contains(f))
+            .collect();
+        let offsets = committed(&candidates);
         for (file, offset) in candidates.into_iter().zip(offsets) {
             match offset {
                 Some(offset) if offset.done => {
-                    if let (Some(_), Some(attempt)) = (&offset.failed, self.moved_failed.remove(&file)) {
-                        log(Level::Info, &format!("{} was moved back after failing: retrying it", file.path));
-                        self.attempts.insert(file.clone(), attempt + 1);
-                        new.push(file);
-                    } else {
-                        // Finished before (a restart, or cleanup did not run): clean up now.
-                        self.clean_up(&file, &offset);
-                        self.finished.insert(file);
-                    }
+                    // Finished before (a restart, or cleanup did not run): clean up now.
+                    self.clean_up(&file, &offset);
+                    self.finished.insert(file);
                 }
                 _ => new.push(file),
             }
         }
-        for file in &new {
-            self.finished.remove(file);
-        }
         if !new.is_empty() {
-            log(
-                Level::Info,
-                &format!(
-                    "{} new file(s): {}",
-                    new.len(),
-                    new.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            );
+            let names: Vec<&str> = new.iter().map(|f| f.path.as_str()).collect();
+            log(Level::Info, &format!("{} new file(s): {}", new.len(), names.join(", ")));
         }
         Ok(new)
     }
@@ -205,7 +246,9 @@ impl ConnectorState {
             self.assignment.tasks.iter().flatten().filter(|f| !self.finished.contains(f)).cloned().collect();
         let offsets: BTreeMap<FileKey, Option<FileOffset>> = open.iter().cloned().zip(committed(&open)).collect();
         for (file, offset) in &offsets {
-            if let Some(offset) = offset.as_ref().filter(|o| o.done) {
+            // An offset from an earlier attempt says nothing about a retried file.
+            let attempt = self.attempts.get(file).copied().unwrap_or(0);
+            if let Some(offset) = offset.as_ref().filter(|o| o.done && o.attempt >= attempt) {
                 if let Some(reason) = &offset.failed {
                     log(Level::Warn, &format!("{} failed: {reason}", file.path));
                 }
@@ -213,11 +256,24 @@ impl ConnectorState {
                 self.finished.insert(file.clone());
             }
         }
+        // A file read up to its current size is waiting for data, not stalled. (Not
+        // decidable for .gz, whose positions count decompressed bytes.)
+        let directory = self.settings().directory.clone();
+        let caught_up: BTreeSet<FileKey> = offsets
+            .iter()
+            .filter(|(file, offset)| {
+                let size = std::fs::metadata(format!("{directory}/{}", file.path)).map(|m| m.len()).unwrap_or(0);
+                !file.path.ends_with(".gz") && offset.as_ref().is_some_and(|o| o.position >= size)
+            })
+            .map(|(file, _)| file.clone())
+            .collect();
         let timeout = self.settings().stall_timeout_ms;
         let mut restart = BTreeSet::new();
         for task in 0..self.assignment.tasks.len() {
-            let unfinished: Vec<&FileKey> =
-                self.assignment.tasks[task].iter().filter(|f| !self.finished.contains(f)).collect();
+            let unfinished: Vec<&FileKey> = self.assignment.tasks[task]
+                .iter()
+                .filter(|f| !self.finished.contains(f) && !caught_up.contains(f))
+                .collect();
             let snapshot: String = unfinished.iter().map(|f| format!("{}={:?};", f.path, offsets.get(*f))).collect();
             let (last, since) = &mut self.progress[task];
             if unfinished.is_empty() || *last != snapshot {
@@ -363,6 +419,8 @@ struct TaskFile {
     reader: Option<LineReader>,
     last_growth_ms: u64,
     finished: bool,
+    /// Tail mode: the file was rotated away; one more read to its end, then done.
+    draining: bool,
 }
 
 #[derive(Default)]
@@ -435,7 +493,7 @@ impl TaskState {
             return;
         }
         if file.reader.is_none() {
-            match LineReader::open(&file.path, file.offset.position) {
+            match open_reader(&file.path, file.offset.position) {
                 Ok(reader) => file.reader = Some(reader),
                 Err(e) => return file.finish(records, None, Some(format!("cannot be read: {e}"))),
             }
@@ -462,7 +520,13 @@ impl TaskState {
                         // Rotated, replaced or removed: everything written to it was read
                         // through the open handle, so it is finished.
                         Completion::Tail => {
-                            identity(&file.path).as_deref() != Some(file.key.id.as_str())
+                            let rotated = identity(&file.path).as_deref() != Some(file.key.id.as_str());
+                            if rotated && !file.draining {
+                                // Read what was written before the rotation, then finish.
+                                file.draining = true;
+                                continue;
+                            }
+                            rotated
                                 || (settings.tail_idle_ms > 0
                                     && now_ms().saturating_sub(file.last_growth_ms) >= settings.tail_idle_ms)
                         }
@@ -508,6 +572,7 @@ impl TaskGuest for FilePulse {
                     offset,
                     reader: None,
                     last_growth_ms: now,
+                    draining: false,
                 }
             })
             .collect::<Vec<_>>();

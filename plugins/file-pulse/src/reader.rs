@@ -16,6 +16,11 @@ pub struct LineReader {
 }
 
 impl LineReader {
+    /// Reads lines from `source`, which must start at byte `position` of the file.
+    pub fn from_source(source: Box<dyn Read>, position: u64) -> LineReader {
+        LineReader { source: BufReader::with_capacity(64 << 10, source), position, pending: Vec::new() }
+    }
+
     /// Opens `path` and skips to `position` (a seek, or decompressing up to it for `.gz`).
     pub fn open(path: &str, position: u64) -> io::Result<LineReader> {
         let mut file = File::open(path)?;
@@ -30,7 +35,7 @@ impl LineReader {
             file.seek(SeekFrom::Start(position))?;
             Box::new(file)
         };
-        Ok(LineReader { source: BufReader::with_capacity(64 << 10, source), position, pending: Vec::new() })
+        Ok(LineReader::from_source(source, position))
     }
 
     /// The next line, or `None` at the end of what is there now. With `hold_partial`, a
