@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use crate::config::DestinationKind;
-use crate::records::{Record, record_json};
+use crate::records::{Record, write_record_json};
 use crate::store::{Namespace, OffsetStore, RecordLog};
 
 pub trait Destination: Send + Sync {
@@ -34,9 +34,9 @@ impl Destination for Stdout {
     fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()> {
         {
             let mut out = std::io::stdout().lock();
+            let mut out = std::io::BufWriter::with_capacity(256 << 10, &mut out);
             for record in records {
-                serde_json::to_writer(&mut out, &record_json(record))?;
-                out.write_all(b"\n")?;
+                write_record_json(&mut out, record)?;
             }
             out.flush()?;
         }

@@ -119,8 +119,9 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
             idle = Duration::ZERO;
             let now = now_ms();
             let mut checked = Vec::with_capacity(records.len());
+            let mut partitions = Vec::new();
             for (index, record) in records.into_iter().enumerate() {
-                match check_record(record, now) {
+                match check_record(record, now, &mut partitions) {
                     Ok(record) => checked.push(record),
                     Err(reason) => {
                         let trace = format!(

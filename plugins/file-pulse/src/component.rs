@@ -414,6 +414,8 @@ impl ConnectorGuest for FilePulse {
 
 struct TaskFile {
     key: FileKey,
+    /// `key.partition()`, built once: it goes on every record.
+    partition: String,
     path: String,
     offset: FileOffset,
     reader: Option<LineReader>,
@@ -439,7 +441,7 @@ thread_local! {
 impl TaskFile {
     fn record(&self, topic: &str, value: Option<Vec<u8>>) -> SourceRecord {
         SourceRecord {
-            partition: self.key.partition(),
+            partition: self.partition.clone(),
             offset: self.offset.to_json(),
             topic: value.as_ref().map(|_| topic.to_string()),
             key: Some(self.key.path.clone().into_bytes()),
@@ -566,6 +568,7 @@ impl TaskGuest for FilePulse {
                     _ => FileOffset { attempt, ..FileOffset::default() },
                 };
                 TaskFile {
+                    partition: key.partition(),
                     path: format!("{}/{}", settings.directory, key.path),
                     finished: offset.done,
                     key,
