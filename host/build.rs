@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// (crate as cargo names its `.wasm`, folder under the target dir it is copied to)
-const PLUGINS: &[(&str, &str)] = &[("counter", "plugins"), ("file_pulse", "plugins"), ("testkit", "test-plugins")];
+const PLUGINS: &[(&str, &str)] =
+    &[("counter", "plugins"), ("file_pulse", "plugins"), ("testkit", "test-plugins"), ("hostile", "test-plugins")];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());

@@ -167,6 +167,11 @@ pub struct SandboxSettings {
     pub fs_write: Vec<PathBuf>,
     pub memory_max_bytes: u64,
     pub timeouts: CallTimeouts,
+    /// Largest record (key + value + headers) a task may return.
+    pub record_max_bytes: u64,
+    /// Largest poll batch.
+    pub batch_max_bytes: u64,
+    pub log_lines_per_second: u32,
 }
 
 impl Default for SandboxSettings {
@@ -176,6 +181,9 @@ impl Default for SandboxSettings {
             fs_write: Vec::new(),
             memory_max_bytes: 64 << 20,
             timeouts: CallTimeouts { lifecycle: Duration::from_secs(10), hot: Duration::from_secs(5) },
+            record_max_bytes: 1 << 20,
+            batch_max_bytes: 16 << 20,
+            log_lines_per_second: 100,
         }
     }
 }
@@ -207,6 +215,13 @@ pub const HOST_KEYS: &[(&str, &str, &str)] = &[
     ("sandbox.fs.write", "", "comma-separated host directories the plugin may read and write"),
     ("sandbox.memory.max.bytes", "67108864", "memory cap of each instance"),
     ("sandbox.call.timeout.ms", "10000 / 5000", "deadline of each call (start, stop, task-configs / poll, tick)"),
+    ("sandbox.record.max.bytes", "1048576", "largest record (key + value + headers) a task may return"),
+    ("sandbox.batch.max.bytes", "16777216", "largest poll batch"),
+    (
+        "sandbox.log.lines.per.second",
+        "100",
+        "plugin log and stdout/stderr lines per second per instance; excess dropped and counted",
+    ),
 ];
 
 impl ConnectorSettings {
@@ -255,6 +270,10 @@ impl ConnectorSettings {
             fs_write: directories(config, "sandbox.fs.write")?,
             memory_max_bytes: positive("sandbox.memory.max.bytes", defaults.memory_max_bytes)?,
             timeouts,
+            record_max_bytes: positive("sandbox.record.max.bytes", defaults.record_max_bytes)?,
+            batch_max_bytes: positive("sandbox.batch.max.bytes", defaults.batch_max_bytes)?,
+            log_lines_per_second: u32::try_from(positive("sandbox.log.lines.per.second", 100)?)
+                .map_err(|_| config.error("sandbox.log.lines.per.second", "too large"))?,
         };
         Ok(ConnectorSettings {
             tasks_max,

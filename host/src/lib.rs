@@ -9,6 +9,7 @@
 //! | [`records`] | what a plugin may return: partition, offset and topic checks |
 //! | [`registry`] | the plugin folder, component checks and the compiled-component cache |
 //! | [`sandbox`] | the engine, one store per instance, limits, deadlines, the imports |
+//! | [`plugin_log`] | a plugin's log lines and stdout/stderr: tagged, rate-limited |
 //! | [`store`] | the storage traits (offsets, configs, statuses, local records) |
 //! | [`embedded`] | the SQLite implementation of every store, in the data directory |
 //! | [`destination`] | where records go: `local` (exactly-once) or `stdout` |
@@ -27,6 +28,7 @@ pub mod demo;
 pub mod destination;
 pub mod embedded;
 pub mod herder;
+pub mod plugin_log;
 pub mod records;
 pub mod registry;
 pub mod sandbox;

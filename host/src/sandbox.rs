@@ -20,6 +20,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use crate::bindings::sluice::connector::{connector_context, log, offset_storage_reader, types};
 use crate::bindings::{ConfigKey, ConfigProblem, ConnectorError, SourceConnector, SourceConnectorPre, SourceRecord};
 use crate::config::{CallTimeouts, SandboxSettings};
+use crate::plugin_log::PluginLog;
 use crate::records::canonical_object;
 use crate::store::{Namespace, OffsetStore};
 
@@ -79,8 +80,17 @@ impl Runtime {
         context: InstanceContext,
         sandbox: &SandboxSettings,
     ) -> Result<PluginInstance, CallError> {
+        let source = match context.task {
+            Some(task) => format!("{}/{task}", context.namespace.connector),
+            None => context.namespace.connector.clone(),
+        };
+        let log = PluginLog::new(&context.namespace.tenant, &source, sandbox.log_lines_per_second);
         let mut wasi = WasiCtxBuilder::new();
-        wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).inherit_stderr();
+        wasi.allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .stdout(log.stream(log::Level::Info))
+            .stderr(log.stream(log::Level::Warn));
         for dir in &sandbox.fs_write {
             wasi.preopened_dir(dir, dir.to_string_lossy(), FsPerms::ReadWrite)
                 .map_err(|e| CallError::Setup(format!("cannot grant {}: {e:#}", dir.display())))?;
@@ -98,6 +108,7 @@ impl Runtime {
             deadline_hit: None,
             raised_error: None,
             context,
+            log,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| state as &mut dyn ResourceLimiter);
@@ -158,6 +169,7 @@ pub struct HostState {
     deadline_hit: Option<String>,
     raised_error: Option<String>,
     context: InstanceContext,
+    log: PluginLog,
 }
 
 impl WasiView for HostState {
@@ -189,16 +201,8 @@ pub fn human_bytes(bytes: u64) -> String {
         b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
         b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / f64::from(1 << 20)),
         b => format!("{b} bytes"),
-    }
-}
-
-impl HostState {
-    fn source(&self) -> String {
-        match self.context.task {
-            Some(task) => format!("{}/{}", self.context.namespace.connector, task),
-            None => self.context.namespace.connector.clone(),
-        }
     }
 }
 
@@ -250,15 +254,7 @@ impl connector_context::Host for HostState {
 
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
-        let tenant = &self.context.namespace.tenant;
-        let source = self.source();
-        match level {
-            log::Level::Trace => tracing::trace!(target: "plugin", tenant, source, "{message}"),
-            log::Level::Debug => tracing::debug!(target: "plugin", tenant, source, "{message}"),
-            log::Level::Info => tracing::info!(target: "plugin", tenant, source, "{message}"),
-            log::Level::Warn => tracing::warn!(target: "plugin", tenant, source, "{message}"),
-            log::Level::Error => tracing::error!(target: "plugin", tenant, source, "{message}"),
-        }
+        self.log.emit(level, &message);
     }
 }
 

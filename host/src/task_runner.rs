@@ -10,13 +10,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, watch};
 
-use crate::bindings::ConnectorError;
-use crate::config::ConnectorSettings;
+use crate::bindings::{ConnectorError, SourceRecord};
+use crate::config::{ConnectorSettings, SandboxSettings};
 use crate::destination::Destination;
 use crate::herder::{Services, stopped};
 use crate::records::{Polled, Record, check_record, latest_offsets};
 use crate::registry::Plugin;
-use crate::sandbox::{InstanceContext, Pairs, describe_connector_error};
+use crate::sandbox::{InstanceContext, Pairs, describe_connector_error, human_bytes};
 use crate::status::State;
 use crate::store::Namespace;
 
@@ -117,6 +117,9 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
             }
         } else {
             idle = Duration::ZERO;
+            if let Err(trace) = check_sizes(&records, &spec.settings.sandbox, connector, spec.task) {
+                return failed(trace, id);
+            }
             let now = now_ms();
             let mut checked = Vec::with_capacity(records.len());
             let mut partitions = Vec::new();
@@ -167,6 +170,33 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
         tracing::warn!(connector = %connector, task = spec.task, "stop failed: {e}");
     }
     Outcome::Stopped
+}
+
+/// `sandbox.record.max.bytes` and `sandbox.batch.max.bytes`, in plain words.
+fn check_sizes(records: &[SourceRecord], sandbox: &SandboxSettings, connector: &str, task: u32) -> Result<(), String> {
+    let mut batch = 0u64;
+    for (index, record) in records.iter().enumerate() {
+        let size = (record.key.as_ref().map_or(0, Vec::len)
+            + record.value.as_ref().map_or(0, Vec::len)
+            + record.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>()) as u64;
+        if size > sandbox.record_max_bytes {
+            return Err(format!(
+                "connector '{connector}' task {task}: record {index} of {} exceeds sandbox.record.max.bytes ({})",
+                human_bytes(size),
+                human_bytes(sandbox.record_max_bytes)
+            ));
+        }
+        batch += size + (record.partition.len() + record.offset.len()) as u64;
+    }
+    if batch > sandbox.batch_max_bytes {
+        return Err(format!(
+            "connector '{connector}' task {task}: poll batch of {} records, {}, exceeds sandbox.batch.max.bytes ({})",
+            records.len(),
+            human_bytes(batch),
+            human_bytes(sandbox.batch_max_bytes)
+        ));
+    }
+    Ok(())
 }
 
 async fn commit(instance: &mut crate::sandbox::PluginInstance, spec: &TaskSpec, id: u64) -> Option<Outcome> {

@@ -136,3 +136,27 @@ pub fn write_json(path: &str, value: Value) {
 pub fn read_json(path: &str) -> Option<Value> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
+
+/// A well-behaved neighbour: endless counter.
+pub async fn start_neighbour(host: &TestHost) {
+    host.start(connector("neighbour", "counter", &[("topic", "n"), ("records.per.second", "200")])).await;
+    host.wait_task("neighbour", 0, State::Running).await;
+}
+
+pub async fn assert_neighbour_keeps_delivering(host: &TestHost) {
+    let now = host.seq("neighbour", r#"{"counter":0}"#).unwrap_or(0);
+    wait_until("the neighbour to keep delivering", || {
+        (host.seq("neighbour", r#"{"counter":0}"#)? > now + 20).then_some(())
+    })
+    .await;
+    let status = host.status("neighbour").unwrap();
+    assert_eq!(status.connector.state, State::Running);
+    assert_eq!(status.tasks[0].state, State::Running);
+    let values = host.values("n");
+    let expected: Vec<String> = (0..values.len()).map(|i| counter_value(i as u64)).collect();
+    assert_eq!(values, expected, "the neighbour's records must be complete and in order");
+}
+
+fn counter_value(seq: u64) -> String {
+    String::from_utf8(counter::generator::value(0, seq, 64)).unwrap()
+}

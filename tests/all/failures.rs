@@ -7,30 +7,6 @@ use sluice::status::State;
 
 use crate::common::*;
 
-/// A well-behaved neighbour: endless counter.
-async fn start_neighbour(host: &TestHost) {
-    host.start(connector("neighbour", "counter", &[("topic", "n"), ("records.per.second", "200")])).await;
-    host.wait_task("neighbour", 0, State::Running).await;
-}
-
-async fn assert_neighbour_keeps_delivering(host: &TestHost) {
-    let now = host.seq("neighbour", r#"{"counter":0}"#).unwrap_or(0);
-    wait_until("the neighbour to keep delivering", || {
-        (host.seq("neighbour", r#"{"counter":0}"#)? > now + 20).then_some(())
-    })
-    .await;
-    let status = host.status("neighbour").unwrap();
-    assert_eq!(status.connector.state, State::Running);
-    assert_eq!(status.tasks[0].state, State::Running);
-    let values = host.values("n");
-    let expected: Vec<String> = (0..values.len()).map(|i| counter_value(i as u64)).collect();
-    assert_eq!(values, expected, "the neighbour's records must be complete and in order");
-}
-
-fn counter_value(seq: u64) -> String {
-    String::from_utf8(counter::generator::value(0, seq, 64)).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raise_error_from_the_connector_fails_only_that_connector() {
     let host = TestHost::new(&["testkit", "counter"]).await;

@@ -6,6 +6,7 @@ mod failures;
 mod file_pulse;
 #[path = "../support/files.rs"]
 mod files;
+mod hostile;
 mod imports;
 mod reconfigure;
 mod registry;

@@ -1,0 +1,174 @@
+//! What a plugin says: the `log` import and its stdout/stderr, both into the host's log,
+//! tagged with tenant and source (connector or connector/task) and rate-limited per
+//! instance (`sandbox.log.lines.per.second`, with a burst of as many again): excess
+//! lines are dropped and counted, and the count is logged when lines flow again.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+
+use crate::bindings::sluice::connector::log::Level;
+
+struct Bucket {
+    per_second: f64,
+    tokens: f64,
+    refilled: Instant,
+    dropped: u64,
+}
+
+/// One instance's log output.
+#[derive(Clone)]
+pub struct PluginLog {
+    tenant: Arc<str>,
+    source: Arc<str>,
+    bucket: Arc<Mutex<Bucket>>,
+}
+
+impl PluginLog {
+    pub fn new(tenant: &str, source: &str, lines_per_second: u32) -> PluginLog {
+        let per_second = f64::from(lines_per_second.max(1));
+        PluginLog {
+            tenant: tenant.into(),
+            source: source.into(),
+            bucket: Arc::new(Mutex::new(Bucket {
+                per_second,
+                tokens: 2.0 * per_second,
+                refilled: Instant::now(),
+                dropped: 0,
+            })),
+        }
+    }
+
+    /// Lines dropped so far by the rate limit.
+    pub fn dropped(&self) -> u64 {
+        self.bucket.lock().unwrap().dropped
+    }
+
+    pub fn emit(&self, level: Level, message: &str) {
+        let resumed_after = {
+            let mut bucket = self.bucket.lock().unwrap();
+            let now = Instant::now();
+            let refill = now.duration_since(bucket.refilled).as_secs_f64() * bucket.per_second;
+            bucket.tokens = (bucket.tokens + refill).min(2.0 * bucket.per_second);
+            bucket.refilled = now;
+            if bucket.tokens < 1.0 {
+                bucket.dropped += 1;
+                return;
+            }
+            bucket.tokens -= 1.0;
+            std::mem::take(&mut bucket.dropped)
+        };
+        let (tenant, source) = (&*self.tenant, &*self.source);
+        if resumed_after > 0 {
+            tracing::warn!(target: "plugin", tenant, source, "dropped {resumed_after} log lines over sandbox.log.lines.per.second");
+        }
+        match level {
+            Level::Trace => tracing::trace!(target: "plugin", tenant, source, "{message}"),
+            Level::Debug => tracing::debug!(target: "plugin", tenant, source, "{message}"),
+            Level::Info => tracing::info!(target: "plugin", tenant, source, "{message}"),
+            Level::Warn => tracing::warn!(target: "plugin", tenant, source, "{message}"),
+            Level::Error => tracing::error!(target: "plugin", tenant, source, "{message}"),
+        }
+    }
+
+    /// A WASI stdout or stderr whose lines go to this log.
+    pub fn stream(&self, level: Level) -> PluginOutput {
+        PluginOutput { log: self.clone(), level }
+    }
+}
+
+/// A plugin's stdout or stderr.
+pub struct PluginOutput {
+    log: PluginLog,
+    level: Level,
+}
+
+impl IsTerminal for PluginOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for PluginOutput {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(LineWriter { log: self.log.clone(), level: self.level, line: Vec::new() })
+    }
+}
+
+/// Longest line kept from stdout/stderr; the rest of a longer one is cut.
+const MAX_LINE: usize = 16 << 10;
+
+struct LineWriter {
+    log: PluginLog,
+    level: Level,
+    line: Vec<u8>,
+}
+
+impl LineWriter {
+    fn write_bytes(&mut self, mut bytes: &[u8]) {
+        while let Some(end) = bytes.iter().position(|&b| b == b'\n') {
+            self.push(&bytes[..end]);
+            self.flush_line();
+            bytes = &bytes[end + 1..];
+        }
+        self.push(bytes);
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        let room = MAX_LINE.saturating_sub(self.line.len());
+        self.line.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    fn flush_line(&mut self) {
+        let line = std::mem::take(&mut self.line);
+        self.log.emit(self.level, &String::from_utf8_lossy(&line));
+    }
+}
+
+impl tokio::io::AsyncWrite for LineWriter {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.get_mut().write_bytes(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if !this.line.is_empty() {
+            this.flush_line();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excess_lines_are_dropped_and_counted() {
+        let log = PluginLog::new("t", "c", 10);
+        for _ in 0..1000 {
+            log.emit(Level::Debug, "x");
+        }
+        // A burst of 2 × 10 passes (plus what refilled meanwhile); the rest is dropped.
+        let dropped = log.dropped();
+        assert!((970..=980).contains(&dropped), "{dropped}");
+    }
+
+    #[test]
+    fn output_is_split_into_lines_and_long_lines_are_cut() {
+        let log = PluginLog::new("t", "c", 1000);
+        let mut writer = LineWriter { log: log.clone(), level: Level::Info, line: Vec::new() };
+        writer.write_bytes(b"one\ntw");
+        assert_eq!(writer.line, b"tw");
+        writer.write_bytes(&vec![b'x'; MAX_LINE * 2]);
+        assert_eq!(writer.line.len(), MAX_LINE);
+    }
+}

@@ -1,0 +1,193 @@
+//! The hostile plugin suite: every attack runs beside a well-behaved connector in the
+//! same host; only the attacker's connector or task fails (or its attempt is refused),
+//! with the reason in plain words, and the neighbour keeps delivering every record.
+
+use sluice::status::State;
+
+use crate::common::*;
+
+enum Expect {
+    /// The task ends FAILED and its trace contains all of these.
+    TaskFailed(&'static [&'static str]),
+    /// The connector ends FAILED and its trace contains all of these.
+    ConnectorFailed(&'static [&'static str]),
+    /// The task stays RUNNING and delivers a record whose value contains this.
+    Delivers(&'static str),
+}
+
+async fn attack(name: &str, extra: &[(&str, &str)], expect: Expect) -> TestHost {
+    let host = TestHost::new(&["hostile", "counter"]).await;
+    start_neighbour(&host).await;
+    let mut config = vec![("topic", "hostile"), ("hostile.attack", name), ("sandbox.call.timeout.ms", "1000")];
+    config.extend_from_slice(extra);
+    host.start(connector("attacker", "hostile", &config)).await;
+    match expect {
+        Expect::TaskFailed(words) => {
+            let task = host.wait_task("attacker", 0, State::Failed).await;
+            let trace = task.trace.unwrap();
+            for word in words {
+                assert!(trace.contains(word), "{name}: expected {word:?} in the task's trace {trace:?}");
+            }
+            assert_eq!(host.status("attacker").unwrap().connector.state, State::Running);
+        }
+        Expect::ConnectorFailed(words) => {
+            let status = host.wait_state("attacker", State::Failed).await;
+            let trace = status.connector.trace.unwrap();
+            for word in words {
+                assert!(trace.contains(word), "{name}: expected {word:?} in the connector's trace {trace:?}");
+            }
+        }
+        Expect::Delivers(text) => {
+            wait_until(&format!("{name}: a record with {text:?}"), || {
+                host.values("hostile").iter().any(|v| v.contains(text)).then_some(())
+            })
+            .await;
+            assert_eq!(host.status("attacker").unwrap().tasks[0].state, State::Running);
+        }
+    }
+    assert_neighbour_keeps_delivering(&host).await;
+    host
+}
+
+macro_rules! hostile_test {
+    ($test:ident, $attack:literal, $extra:expr, $expect:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            attack($attack, $extra, $expect).await;
+        }
+    };
+}
+
+hostile_test!(infinite_loop_in_poll, "loop-in-poll", &[], Expect::TaskFailed(&["poll did not return within 1000 ms"]));
+hostile_test!(
+    infinite_loop_in_tick,
+    "loop-in-tick",
+    &[],
+    Expect::ConnectorFailed(&["tick did not return within 1000 ms"])
+);
+hostile_test!(
+    infinite_loop_in_start,
+    "loop-in-start",
+    &[],
+    Expect::ConnectorFailed(&["start did not return within 1000 ms"])
+);
+hostile_test!(memory_grown_until_the_cap, "grow-memory", &[], Expect::TaskFailed(&["exceeded memory cap of 64 MiB"]));
+hostile_test!(one_huge_allocation, "huge-alloc", &[], Expect::TaskFailed(&["exceeded memory cap of 64 MiB"]));
+// Rust keeps its stack in linear memory: overflowing it is an out-of-bounds access, and
+// the backtrace names the recursing function.
+hostile_test!(
+    unbounded_recursion,
+    "recursion",
+    &[],
+    Expect::TaskFailed(&["trap in poll", "out of bounds memory access", "recurse"])
+);
+hostile_test!(trap_unreachable, "trap", &[], Expect::TaskFailed(&["trap in poll", "unreachable"]));
+hostile_test!(
+    record_over_the_cap,
+    "big-record",
+    &[],
+    Expect::TaskFailed(&["record 0 of 3 MiB exceeds sandbox.record.max.bytes (1 MiB)"])
+);
+// Wasmtime bounds how much one call may copy out of the guest before the host sees it.
+hostile_test!(
+    a_million_records_in_one_batch,
+    "million-records",
+    &[("sandbox.memory.max.bytes", "536870912")],
+    Expect::TaskFailed(&["trap in poll", "too much data is being copied between the host and the guest"])
+);
+hostile_test!(
+    a_batch_over_the_cap,
+    "many-big-records",
+    &[],
+    Expect::TaskFailed(&["poll batch of 20 records, 20.0 MiB, exceeds sandbox.batch.max.bytes (16 MiB)"])
+);
+hostile_test!(
+    raise_error_a_million_times,
+    "raise-error-flood",
+    &[],
+    Expect::TaskFailed(&["raise-error: error number 0"])
+);
+hostile_test!(log_a_million_times, "log-flood", &[], Expect::Delivers("logged"));
+hostile_test!(print_flood_on_stdout_and_stderr, "print-flood", &[], Expect::Delivers("printed"));
+hostile_test!(
+    partition_not_an_object,
+    "partition-not-object",
+    &[],
+    Expect::TaskFailed(&["connector 'attacker' task 0: record 0", "partition is not a JSON object"])
+);
+hostile_test!(
+    offset_with_a_nested_value,
+    "offset-nested",
+    &[],
+    Expect::TaskFailed(&["offset is", "\"n\" is not a primitive"])
+);
+hostile_test!(invalid_utf8_topic, "invalid-utf8-topic", &[], Expect::TaskFailed(&["trap in poll", "utf-8"]));
+hostile_test!(
+    topic_longer_than_249,
+    "long-topic",
+    &[],
+    Expect::TaskFailed(&["topic is 250 characters long, more than 249"])
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_task_configs_than_tasks_max() {
+    let host = TestHost::new(&["hostile", "counter"]).await;
+    start_neighbour(&host).await;
+    host.start(connector(
+        "attacker",
+        "hostile",
+        &[("topic", "hostile"), ("hostile.attack", "too-many-tasks"), ("tasks.max", "2")],
+    ))
+    .await;
+    let status = wait_until("two tasks RUNNING", || {
+        let status = host.status("attacker")?;
+        (status.tasks.len() == 2 && status.tasks.iter().all(|t| t.state == State::Running)).then_some(status)
+    })
+    .await;
+    assert_eq!(status.connector.state, State::Running);
+    assert_neighbour_keeps_delivering(&host).await;
+}
+
+/// `..`, a symlink out of the grant, `/etc/passwd`, and a directory granted to another
+/// connector: every attempt is refused, nothing escapes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filesystem_escapes_are_refused() {
+    let granted = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let granted_dir = std::fs::canonicalize(granted.path()).unwrap();
+    let inner = granted_dir.join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    std::fs::write(outside.path().join("secret"), b"secret").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), inner.join("link")).unwrap();
+    let outside_secret = std::fs::canonicalize(outside.path()).unwrap().join("secret");
+    let targets = [
+        format!("{}/{}{}", inner.display(), "../".repeat(12), outside_secret.display()),
+        inner.join("link").display().to_string(),
+        "/etc/passwd".to_string(),
+        outside_secret.display().to_string(),
+    ];
+    let host = TestHost::new(&["hostile", "counter"]).await;
+    start_neighbour(&host).await;
+    // Another connector is granted the "outside" directory; the attacker is not.
+    let outside_grant = std::fs::canonicalize(outside.path()).unwrap().display().to_string();
+    host.start(connector("owner", "counter", &[("topic", "owner"), ("sandbox.fs.read", &outside_grant)])).await;
+    for (n, target) in targets.iter().enumerate() {
+        let grant = granted_dir.display().to_string();
+        let config = [
+            ("topic", "hostile"),
+            ("hostile.attack", "escape"),
+            ("hostile.target", target.as_str()),
+            ("sandbox.fs.read", &grant),
+        ];
+        host.start(connector(&format!("attacker-{n}"), "hostile", &config)).await;
+    }
+    let values = wait_until("every attempt reported", || {
+        let values = host.values("hostile");
+        (values.len() == targets.len()).then_some(values)
+    })
+    .await;
+    for value in &values {
+        assert!(value.starts_with("refused "), "an escape succeeded: {value}");
+    }
+    assert_neighbour_keeps_delivering(&host).await;
+}

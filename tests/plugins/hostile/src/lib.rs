@@ -1,0 +1,178 @@
+//! Hostile test fixture: does exactly one bad thing, chosen by `hostile.attack`, so that
+//! each test can show the host survives it and only this plugin's connector or task is
+//! hurt. `hostile.target` is a path for the filesystem attacks.
+//!
+//! Attacks: `loop-in-poll`, `loop-in-tick`, `loop-in-start`, `grow-memory`, `huge-alloc`,
+//! `recursion`, `trap`, `big-record`, `many-big-records`, `million-records`, `escape` (opens
+//! `hostile.target` and reports what happened as a record), `raise-error-flood`,
+//! `log-flood`, `print-flood`, `partition-not-object`, `offset-nested`,
+//! `invalid-utf8-topic`, `long-topic`, `too-many-tasks`.
+
+use std::cell::RefCell;
+
+wit_bindgen::generate!({ path: "../../../wit", world: "source-connector" });
+
+use exports::sluice::connector::connector::{
+    Config, ConfigKey, ConfigProblem, ConnectorError, Guest as ConnectorGuest,
+};
+use exports::sluice::connector::task::{Guest as TaskGuest, SourceRecord};
+use sluice::connector::connector_context;
+use sluice::connector::log::{Level, log};
+
+thread_local! {
+    static CONFIG: RefCell<Config> = const { RefCell::new(Vec::new()) };
+    static SENT: RefCell<bool> = const { RefCell::new(false) };
+}
+
+fn get(key: &str) -> String {
+    CONFIG.with_borrow(|c| c.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_default())
+}
+
+fn attack() -> String {
+    get("hostile.attack")
+}
+
+fn spin() -> ! {
+    let mut n = 0u64;
+    loop {
+        n = std::hint::black_box(n.wrapping_add(1));
+    }
+}
+
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64) -> u64 {
+    let frame = std::hint::black_box([depth; 64]);
+    recurse(depth + 1) + frame[0]
+}
+
+fn record(partition: &str, offset: &str, topic: &str, value: Vec<u8>) -> SourceRecord {
+    SourceRecord {
+        partition: partition.into(),
+        offset: offset.into(),
+        topic: Some(topic.into()),
+        key: None,
+        value: Some(value),
+        headers: Vec::new(),
+        timestamp: None,
+    }
+}
+
+struct Hostile;
+
+impl ConnectorGuest for Hostile {
+    fn version() -> String {
+        "0.0.0-hostile".into()
+    }
+
+    fn config_def() -> Vec<ConfigKey> {
+        Vec::new()
+    }
+
+    fn validate(_: Config) -> Vec<ConfigProblem> {
+        Vec::new()
+    }
+
+    fn start(config: Config) -> Result<(), ConnectorError> {
+        CONFIG.with_borrow_mut(|c| *c = config);
+        if attack() == "loop-in-start" {
+            spin();
+        }
+        Ok(())
+    }
+
+    fn task_configs(max_tasks: u32) -> Result<Vec<Config>, ConnectorError> {
+        let count = if attack() == "too-many-tasks" { max_tasks * 100 + 5 } else { max_tasks };
+        let config = CONFIG.with_borrow(Clone::clone);
+        Ok((0..count).map(|_| config.clone()).collect())
+    }
+
+    fn tick() -> Result<(), ConnectorError> {
+        if attack() == "loop-in-tick" {
+            spin();
+        }
+        Ok(())
+    }
+
+    fn stop() {}
+}
+
+impl TaskGuest for Hostile {
+    fn start(config: Config) -> Result<(), ConnectorError> {
+        CONFIG.with_borrow_mut(|c| *c = config);
+        Ok(())
+    }
+
+    fn poll() -> Result<Vec<SourceRecord>, ConnectorError> {
+        let ok = |value: &str| Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, "hostile", value.as_bytes().to_vec())]);
+        match attack().as_str() {
+            "loop-in-poll" => spin(),
+            "grow-memory" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "huge-alloc" => {
+                let huge = vec![7u8; 1 << 30];
+                std::hint::black_box(&huge);
+                ok("allocated")
+            }
+            "recursion" => ok(&recurse(0).to_string()),
+            "trap" => core::arch::wasm32::unreachable(),
+            "big-record" => Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, "hostile", vec![b'x'; 3 << 20])]),
+            "many-big-records" => Ok((0..20)
+                .map(|n| record(r#"{"p":0}"#, &format!(r#"{{"n":{n}}}"#), "t", vec![b'x'; 1 << 20]))
+                .collect()),
+            "million-records" => {
+                Ok((0..1_000_000).map(|n| record(r#"{"p":0}"#, &format!(r#"{{"n":{n}}}"#), "t", Vec::new())).collect())
+            }
+            "escape" => {
+                if SENT.replace(true) {
+                    return Ok(Vec::new());
+                }
+                let target = get("hostile.target");
+                match std::fs::read(&target) {
+                    Ok(bytes) => ok(&format!("ESCAPED {target}: read {} bytes", bytes.len())),
+                    Err(e) => ok(&format!("refused {target}: {e}")),
+                }
+            }
+            "raise-error-flood" => {
+                for n in 0..1_000_000 {
+                    connector_context::raise_error(&format!("error number {n}"));
+                }
+                Ok(Vec::new())
+            }
+            "log-flood" => {
+                for n in 0..1_000_000 {
+                    log(Level::Error, &format!("log line number {n}"));
+                }
+                ok("logged")
+            }
+            "print-flood" => {
+                for n in 0..100_000 {
+                    eprintln!("printed line number {n}");
+                    println!("printed line number {n}");
+                }
+                ok("printed")
+            }
+            "partition-not-object" => Ok(vec![record(r#"["not","an","object"]"#, r#"{"n":0}"#, "hostile", Vec::new())]),
+            "offset-nested" => Ok(vec![record(r#"{"p":0}"#, r#"{"n":{"deep":1}}"#, "hostile", Vec::new())]),
+            "invalid-utf8-topic" => {
+                // SAFETY: deliberately not UTF-8; the host must refuse it, not trust it.
+                let topic = unsafe { String::from_utf8_unchecked(vec![b'b', 0xff, 0xfe, b'd']) };
+                Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, &topic, Vec::new())])
+            }
+            "long-topic" => Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, &"t".repeat(250), Vec::new())]),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn commit() -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
+    fn stop() {}
+}
+
+export!(Hostile);
