@@ -22,6 +22,13 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
 
+    println!("cargo:rustc-env=SLUICE_BUILT_PLUGINS={}", target_dir.join("plugins").display());
+    println!("cargo:rustc-env=SLUICE_TEST_PLUGINS={}", target_dir.join("test-plugins").display());
+    println!("cargo:rerun-if-env-changed=SLUICE_SKIP_PLUGIN_BUILD");
+    // The fuzz target links the host library only; it needs no plugins.
+    if std::env::var_os("SLUICE_SKIP_PLUGIN_BUILD").is_some() {
+        return;
+    }
     let wasm_target_dir = target_dir.join("wasm");
     ensure_wasm_target();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -61,8 +68,6 @@ fn main() {
         let dest = dest_dir.join(format!("{}.wasm", krate.replace('_', "-")));
         copy_if_changed(&built, &dest);
     }
-    println!("cargo:rustc-env=SLUICE_BUILT_PLUGINS={}", target_dir.join("plugins").display());
-    println!("cargo:rustc-env=SLUICE_TEST_PLUGINS={}", target_dir.join("test-plugins").display());
 }
 
 /// `rust-toolchain.toml` names the target, but rustup adds it only when it installs the

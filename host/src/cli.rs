@@ -115,6 +115,22 @@ enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         rounds: u32,
     },
+    /// Records/s of the counter connector alone, then beside busy-looping plugins.
+    Fairness {
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// The busy plugin (the test fixture `hostile`, built by `cargo build`).
+        #[arg(long, default_value_os_t = BenchCommand::default_busy_plugin())]
+        busy_plugin: PathBuf,
+        /// How many busy neighbours.
+        #[arg(long, default_value_t = 4)]
+        busy: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// The counter's rate limit in records/s; 0 is as fast as it can.
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+    },
     /// MB/s streaming one file of 100-byte lines with file-pulse, to the local destination
     /// and to stdout, beside a native loop reading the same file.
     Files {
@@ -124,6 +140,12 @@ enum BenchCommand {
         #[arg(long, default_value_t = 1024)]
         mib: u64,
     },
+}
+
+impl BenchCommand {
+    fn default_busy_plugin() -> PathBuf {
+        Path::new(crate::TEST_PLUGINS).join("hostile.wasm")
+    }
 }
 
 #[derive(Subcommand)]
@@ -228,6 +250,19 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Bench { which: BenchCommand::Poll { plugins, records, size, batch, rounds } } => {
             let rows = crate::bench::run(&plugins.plugin_path, records, size, batch, rounds).await?;
             crate::bench::print_table(&rows, size, batch);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench { which: BenchCommand::Fairness { plugins, busy_plugin, busy, seconds, rate } } => {
+            let (alone, beside) =
+                crate::bench::fairness(&plugins.plugin_path, &busy_plugin, busy, seconds, rate).await?;
+            let limit = if rate == 0 { "unlimited".to_string() } else { format!("{rate}/s") };
+            println!(
+                "fairness: counter (rate {limit}) alone, then beside {busy} busy-looping plugins, {seconds} s each"
+            );
+            println!("{:<28} {:>12}", "run", "records/s");
+            println!("{:<28} {:>12.0}", "alone", alone);
+            println!("{:<28} {:>12.0}", format!("beside {busy} busy plugins"), beside);
+            println!("ratio beside/alone: {:.2}", beside / alone);
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench { which: BenchCommand::Files { plugins, mib } } => {

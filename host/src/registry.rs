@@ -152,6 +152,20 @@ impl Registry {
 async fn load_plugin(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result<Plugin, String> {
     let name = file.file_stem().and_then(|s| s.to_str()).ok_or("file name is not valid UTF-8")?.to_string();
     let bytes = std::fs::read(file).map_err(|e| format!("cannot read: {e}"))?;
+    inspect(runtime, &name, file, &bytes, Some(cache_dir)).await
+}
+
+/// Everything the loader does with a file's bytes: check, compile (through the cache when
+/// one is given), link against the world, and read `version` and `config-def` in a
+/// sandbox. The fuzz target (`fuzz/`) drives this with arbitrary bytes.
+pub async fn inspect(
+    runtime: &Runtime,
+    name: &str,
+    file: &Path,
+    bytes: &[u8],
+    cache_dir: Option<&Path>,
+) -> Result<Plugin, String> {
+    let name = name.to_string();
     if bytes.len() < 8 || !bytes.starts_with(WASM_MAGIC) {
         return Err("not a WebAssembly file (it does not start with the \\0asm magic number)".into());
     }
@@ -161,7 +175,10 @@ async fn load_plugin(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result
             .into());
     }
     let started = Instant::now();
-    let (component, from_cache) = compile_cached(runtime, &bytes, cache_dir)?;
+    let (component, from_cache) = match cache_dir {
+        Some(cache_dir) => compile_cached(runtime, bytes, cache_dir)?,
+        None => (Component::new(&runtime.engine, bytes).map_err(|e| format!("not a valid component: {e:#}"))?, false),
+    };
     let compile_time = started.elapsed();
     let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
         format!(

@@ -24,8 +24,14 @@ use crate::plugin_log::PluginLog;
 use crate::records::canonical_object;
 use crate::store::{Namespace, OffsetStore};
 
+/// A call running longer than this is throttled: at each tick it also sleeps for
+/// [`LONG_CALL_SLEEP_TICKS`] ticks, so one plugin's long call gets about a tenth of a
+/// thread and cannot starve the others (calls are meant to be short; see the WIT docs).
+pub const LONG_CALL: Duration = Duration::from_millis(200);
+pub const LONG_CALL_SLEEP_TICKS: u32 = 9;
+
 /// How often the epoch advances: the granularity of deadlines and of yielding.
-pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+pub const EPOCH_TICK: Duration = Duration::from_millis(2);
 
 /// The engine and linker shared by every instance, and the epoch ticker thread.
 pub struct Runtime {
@@ -120,6 +126,9 @@ impl Runtime {
                         Some(format!("{} did not return within {} ms", call.name, call.timeout.as_millis()));
                     Ok(UpdateDeadline::Interrupt)
                 }
+                Some(call) if call.started.elapsed() >= LONG_CALL => {
+                    Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(EPOCH_TICK * LONG_CALL_SLEEP_TICKS))))
+                }
                 // Yielding at every tick lets other instances run on a small machine.
                 _ => Ok(UpdateDeadline::Yield(1)),
             }
@@ -155,6 +164,7 @@ pub struct InstanceContext {
 
 struct ActiveCall {
     name: &'static str,
+    started: Instant,
     deadline: Instant,
     timeout: Duration,
 }
@@ -277,7 +287,8 @@ pub enum CallError {
 
 fn begin(store: &mut Store<HostState>, name: &'static str, timeout: Duration) {
     let state = store.data_mut();
-    state.call = Some(ActiveCall { name, deadline: Instant::now() + timeout, timeout });
+    let started = Instant::now();
+    state.call = Some(ActiveCall { name, started, deadline: started + timeout, timeout });
     state.deadline_hit = None;
     store.set_epoch_deadline(1);
 }

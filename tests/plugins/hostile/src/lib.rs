@@ -5,7 +5,8 @@
 //! Attacks: `loop-in-poll`, `loop-in-tick`, `loop-in-start`, `grow-memory`, `huge-alloc`,
 //! `recursion`, `trap`, `big-record`, `many-big-records`, `million-records`, `escape` (opens
 //! `hostile.target` and reports what happened as a record), `raise-error-flood`,
-//! `log-flood`, `print-flood`, `partition-not-object`, `offset-nested`,
+//! `log-flood`, `print-flood`, `busy` (spins `hostile.busy.ms` per poll, for the fairness
+//! benchmark), `partition-not-object`, `offset-nested`,
 //! `invalid-utf8-topic`, `long-topic`, `too-many-tasks`.
 
 use std::cell::RefCell;
@@ -106,6 +107,18 @@ impl TaskGuest for Hostile {
         let ok = |value: &str| Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, "hostile", value.as_bytes().to_vec())]);
         match attack().as_str() {
             "loop-in-poll" => spin(),
+            "busy" => {
+                // Burn CPU for `hostile.busy.ms` of every poll, just under the deadline.
+                let millis: u128 = get("hostile.busy.ms").parse().unwrap_or(4000);
+                let started = std::time::Instant::now();
+                let mut n = 0u64;
+                while started.elapsed().as_millis() < millis {
+                    for _ in 0..10_000 {
+                        n = std::hint::black_box(n.wrapping_add(1));
+                    }
+                }
+                Ok(Vec::new())
+            }
             "grow-memory" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
                 loop {
