@@ -16,7 +16,7 @@ use crate::herder::Herder;
 use crate::records::record_json;
 use crate::registry::Registry;
 use crate::sandbox::Runtime;
-use crate::store::{DEFAULT_TENANT, Namespace, OffsetStore, RecordLog};
+use crate::store::{Namespace, OffsetStore, RecordLog};
 
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "Run sandboxed source connectors compiled to WebAssembly components")]
@@ -30,6 +30,31 @@ struct DataDir {
     /// Where offsets, configs, statuses, local topics and compiled plugins are kept.
     #[arg(long, env = "SLUICE_DATA_DIR", default_value = "sluice-data")]
     data_dir: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct WorkerConfigPath {
+    /// Worker config declaring tenants (roots, quotas, hashed tokens); `./sluice.toml`
+    /// is read when it exists.
+    #[arg(long = "config", env = "SLUICE_CONFIG", value_name = "FILE")]
+    worker_config: Option<PathBuf>,
+}
+
+impl WorkerConfigPath {
+    fn load(&self) -> anyhow::Result<crate::tenants::Tenants> {
+        match &self.worker_config {
+            Some(path) => crate::tenants::Tenants::load(path),
+            None if Path::new("sluice.toml").exists() => crate::tenants::Tenants::load(Path::new("sluice.toml")),
+            None => Ok(crate::tenants::Tenants::default()),
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct TenantArg {
+    /// The tenant whose data to show.
+    #[arg(long, default_value = crate::store::DEFAULT_TENANT)]
+    tenant: String,
 }
 
 #[derive(clap::Args)]
@@ -49,6 +74,8 @@ enum Command {
         data: DataDir,
         #[command(flatten)]
         plugins: PluginPath,
+        #[command(flatten)]
+        worker: WorkerConfigPath,
         /// Connector files: {"name": "...", "config": {"connector.class": "...", ...}}
         #[arg(required = true)]
         connectors: Vec<PathBuf>,
@@ -68,12 +95,16 @@ enum Command {
         connector: String,
         #[command(flatten)]
         data: DataDir,
+        #[command(flatten)]
+        tenant: TenantArg,
         #[arg(long)]
         json: bool,
         /// The partition (JSON) whose committed offset to delete.
         #[arg(long, value_name = "PARTITION")]
         delete: Option<String>,
     },
+    /// Print the SHA-256 of an API token, for a tenant's `token_sha256` in sluice.toml.
+    HashToken { token: String },
     /// Quick start: create a sample inbox and stream it with file-pulse; drop more files
     /// into the inbox while it runs. Ctrl-C stops it.
     Demo {
@@ -154,12 +185,16 @@ enum TopicsCommand {
     List {
         #[command(flatten)]
         data: DataDir,
+        #[command(flatten)]
+        tenant: TenantArg,
     },
     /// Print a topic's records: values as text lines, or whole records as JSON lines.
     Read {
         topic: String,
         #[command(flatten)]
         data: DataDir,
+        #[command(flatten)]
+        tenant: TenantArg,
         #[arg(long)]
         json: bool,
         /// First topic offset to print.
@@ -212,11 +247,19 @@ fn config_error(e: &ConfigError) -> ExitCode {
 
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Run { data, plugins, connectors } => run(&data.data_dir, &plugins.plugin_path, &connectors).await,
+        Command::Run { data, plugins, worker, connectors } => {
+            run(&data.data_dir, &plugins.plugin_path, worker.load()?, &connectors).await
+        }
+        Command::HashToken { token } => {
+            println!("{}", crate::tenants::hash_token(&token));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Plugins { plugins, data, json } => list_plugins(&plugins.plugin_path, &data.data_dir, json).await,
-        Command::Offsets { connector, data, json, delete: None } => offsets(&connector, &data.data_dir, json),
-        Command::Offsets { connector, data, delete: Some(partition), .. } => {
-            delete_offset(&connector, &data.data_dir, &partition)
+        Command::Offsets { connector, data, tenant, json, delete: None } => {
+            offsets(&tenant.tenant, &connector, &data.data_dir, json)
+        }
+        Command::Offsets { connector, data, tenant, delete: Some(partition), .. } => {
+            delete_offset(&tenant.tenant, &connector, &data.data_dir, &partition)
         }
         Command::Demo { data, plugins, dir } => {
             let file = crate::demo::prepare(&dir)?;
@@ -226,17 +269,17 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 dir.display()
             );
             eprintln!("then: sluice topics read lines | head   (records)   sluice offsets file-pulse-demo   (offsets)");
-            run(&data.data_dir, &plugins.plugin_path, &[file]).await
+            run(&data.data_dir, &plugins.plugin_path, crate::tenants::Tenants::default(), &[file]).await
         }
-        Command::Topics { command: TopicsCommand::List { data } } => {
+        Command::Topics { command: TopicsCommand::List { data, tenant } } => {
             let db = Embedded::open_existing(&data.data_dir)?;
-            for (topic, count) in db.topics(DEFAULT_TENANT)? {
+            for (topic, count) in db.topics(&tenant.tenant)? {
                 println!("{topic}\t{count}");
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Topics { command: TopicsCommand::Read { topic, data, json, from } } => {
-            match read_topic(&data.data_dir, &topic, json, from) {
+        Command::Topics { command: TopicsCommand::Read { topic, data, tenant, json, from } } => {
+            match read_topic(&data.data_dir, &tenant.tenant, &topic, json, from) {
                 // `sluice topics read t | head` is fine.
                 Err(e)
                     if e.downcast_ref::<std::io::Error>()
@@ -273,7 +316,12 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn run(data_dir: &Path, plugin_path: &Path, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+async fn run(
+    data_dir: &Path,
+    plugin_path: &Path,
+    tenants: crate::tenants::Tenants,
+    files: &[PathBuf],
+) -> anyhow::Result<ExitCode> {
     let mut configs: Vec<ConnectorConfig> = Vec::new();
     for file in files {
         let config = match ConnectorConfig::from_file(file) {
@@ -288,7 +336,7 @@ async fn run(data_dir: &Path, plugin_path: &Path, files: &[PathBuf]) -> anyhow::
         configs.push(config);
     }
     let _lock = DataDirLock::acquire(data_dir)?;
-    let herder = Herder::open(data_dir, plugin_path).await?;
+    let herder = Herder::open_with_tenants(data_dir, plugin_path, tenants).await?;
     for config in &configs {
         if let Err(e) = herder.validate(config).await {
             return Ok(config_error(&e));
@@ -323,10 +371,10 @@ async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<()>
                     continue;
                 }
                 let mut parts = Vec::new();
-                for status in herder.statuses() {
-                    let total = herder.delivered(&status.name).await;
+                for (ns, status) in herder.statuses() {
+                    let total = herder.delivered_in(&ns).await;
                     let now = Instant::now();
-                    let (before, at) = last.insert(status.name.clone(), (total, now)).unwrap_or((0, started));
+                    let (before, at) = last.insert(format!("{}/{}", ns.tenant, ns.connector), (total, now)).unwrap_or((0, started));
                     let rate = if now > at { (total - before) as f64 / (now - at).as_secs_f64() } else { 0.0 };
                     let running = status.tasks.iter().filter(|t| t.state == crate::status::State::Running).count();
                     parts.push(format!("{} {} {running}/{} tasks {total} records {rate:.0}/s", status.name, status.connector.state, status.tasks.len()));
@@ -367,9 +415,9 @@ async fn list_plugins(plugin_path: &Path, data_dir: &Path, json: bool) -> anyhow
     Ok(ExitCode::SUCCESS)
 }
 
-fn offsets(connector: &str, data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+fn offsets(tenant: &str, connector: &str, data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let db = Embedded::open_existing(data_dir)?;
-    let offsets = db.all_offsets(&Namespace::new(DEFAULT_TENANT, connector))?;
+    let offsets = db.all_offsets(&Namespace::new(tenant, connector))?;
     if json {
         let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or(serde_json::Value::Null);
         let list: Vec<_> = offsets.iter().map(|(p, o)| json!({"partition": parse(p), "offset": parse(o)})).collect();
@@ -382,7 +430,7 @@ fn offsets(connector: &str, data_dir: &Path, json: bool) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-fn delete_offset(connector: &str, data_dir: &Path, partition: &str) -> anyhow::Result<ExitCode> {
+fn delete_offset(tenant: &str, connector: &str, data_dir: &Path, partition: &str) -> anyhow::Result<ExitCode> {
     let partition = match crate::records::canonical_object(partition) {
         Ok(partition) => partition,
         Err(e) => {
@@ -392,7 +440,7 @@ fn delete_offset(connector: &str, data_dir: &Path, partition: &str) -> anyhow::R
     };
     let _lock = DataDirLock::acquire(data_dir)?;
     let db = Embedded::open_existing(data_dir)?;
-    if db.delete_offset(&Namespace::new(DEFAULT_TENANT, connector), &partition)? {
+    if db.delete_offset(&Namespace::new(tenant, connector), &partition)? {
         println!("deleted the offset of {partition}: it will be read from the start");
         Ok(ExitCode::SUCCESS)
     } else {
@@ -420,13 +468,13 @@ impl DataDirLock {
     }
 }
 
-fn read_topic(data_dir: &Path, topic: &str, json: bool, from: u64) -> anyhow::Result<ExitCode> {
+fn read_topic(data_dir: &Path, tenant: &str, topic: &str, json: bool, from: u64) -> anyhow::Result<ExitCode> {
     use std::io::Write;
     let db = Embedded::open_existing(data_dir)?;
     let mut out = std::io::stdout().lock();
     let mut next = from;
     loop {
-        let page = db.read(DEFAULT_TENANT, topic, next, 10_000)?;
+        let page = db.read(tenant, topic, next, 10_000)?;
         let Some(last) = page.last() else { break };
         next = last.offset + 1;
         for stored in &page {

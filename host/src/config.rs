@@ -115,6 +115,11 @@ impl ConnectorConfig {
         }
     }
 
+    /// The tenant that owns this connector (`tenant`, default `default`).
+    pub fn tenant(&self) -> &str {
+        self.get("tenant").unwrap_or(crate::store::DEFAULT_TENANT)
+    }
+
     /// The host's own keys, checked.
     pub fn settings(&self) -> Result<ConnectorSettings, ConfigError> {
         ConnectorSettings::parse(self)
@@ -204,6 +209,7 @@ pub struct ConnectorSettings {
 pub const HOST_KEYS: &[(&str, &str, &str)] = &[
     ("name", "required", "connector name, unique in the process"),
     (CONNECTOR_CLASS, "required", "plugin to run: its .wasm file name without the extension"),
+    ("tenant", "default", "the tenant that owns the connector (declared in sluice.toml)"),
     (TASKS_MAX, "1", "most tasks the connector may ask for"),
     ("destination", "local", "local (embedded, exactly-once) or stdout (JSON lines, at-least-once)"),
     ("monitor.interval.ms", "1000", "how often the connector's tick() is called"),

@@ -22,6 +22,7 @@ use crate::sandbox::{InstanceContext, PluginInstance, Runtime, describe_connecto
 use crate::status::{ConnectorStatus, State, StatusBoard};
 use crate::store::{ConfigStore, DEFAULT_TENANT, Namespace, OffsetStore, RecordLog};
 use crate::task_runner::{TaskSpec, run_task};
+use crate::tenants::Tenants;
 
 /// What every connector of a host shares.
 pub struct Services {
@@ -31,10 +32,11 @@ pub struct Services {
     pub configs: Arc<dyn ConfigStore>,
     pub records: Arc<dyn RecordLog>,
     pub board: Arc<StatusBoard>,
-    pub tenant: String,
+    pub tenants: Arc<Tenants>,
 }
 
 struct ConnectorHandle {
+    tasks_max: u32,
     stop: watch::Sender<bool>,
     join: JoinHandle<()>,
     delivered: Arc<AtomicU64>,
@@ -42,18 +44,23 @@ struct ConnectorHandle {
 
 pub struct Herder {
     services: Arc<Services>,
-    connectors: Mutex<BTreeMap<String, ConnectorHandle>>,
+    connectors: Mutex<BTreeMap<Namespace, ConnectorHandle>>,
 }
 
 impl Herder {
     /// A host on the embedded default: `<data_dir>/sluice.db`, compiled plugins cached in
     /// `<data_dir>/compiled`.
     pub async fn open(data_dir: &Path, plugin_dir: &Path) -> anyhow::Result<Herder> {
+        Self::open_with_tenants(data_dir, plugin_dir, Tenants::default()).await
+    }
+
+    /// The same, with the tenants of a worker config (`sluice.toml`).
+    pub async fn open_with_tenants(data_dir: &Path, plugin_dir: &Path, tenants: Tenants) -> anyhow::Result<Herder> {
         let runtime = Runtime::new()?;
         let db = Arc::new(Embedded::open(data_dir)?);
         let registry = Arc::new(Registry::load(&runtime, plugin_dir, &data_dir.join("compiled")).await?);
         let worker_id = format!("{}:{}", hostname(), std::process::id());
-        let board = Arc::new(StatusBoard::new(worker_id, DEFAULT_TENANT.into(), db.clone()));
+        let board = Arc::new(StatusBoard::new(worker_id, db.clone()));
         Ok(Herder::new(Services {
             runtime,
             registry,
@@ -61,7 +68,7 @@ impl Herder {
             configs: db.clone(),
             records: db,
             board,
-            tenant: DEFAULT_TENANT.into(),
+            tenants: Arc::new(tenants),
         }))
     }
 
@@ -77,23 +84,34 @@ impl Herder {
         &self.services.registry
     }
 
+    /// The status of a connector of the `default` tenant.
     pub fn status(&self, connector: &str) -> Option<ConnectorStatus> {
-        self.services.board.get(connector)
+        self.status_in(&Namespace::new(DEFAULT_TENANT, connector))
     }
 
-    pub fn statuses(&self) -> Vec<ConnectorStatus> {
+    pub fn status_in(&self, ns: &Namespace) -> Option<ConnectorStatus> {
+        self.services.board.get(ns)
+    }
+
+    pub fn statuses(&self) -> Vec<(Namespace, ConnectorStatus)> {
         self.services.board.all()
     }
 
-    /// Records delivered by a connector's tasks since this process started it.
+    /// Records delivered by a connector's tasks since this process started it (`default`
+    /// tenant).
     pub async fn delivered(&self, connector: &str) -> u64 {
-        self.connectors.lock().await.get(connector).map_or(0, |c| c.delivered.load(Ordering::Relaxed))
+        self.delivered_in(&Namespace::new(DEFAULT_TENANT, connector)).await
+    }
+
+    pub async fn delivered_in(&self, ns: &Namespace) -> u64 {
+        self.connectors.lock().await.get(ns).map_or(0, |c| c.delivered.load(Ordering::Relaxed))
     }
 
     /// Checks a config the way `start` would: host keys, the plugin's `config-def`, and
     /// the plugin's own `validate`.
     pub async fn validate(&self, config: &ConnectorConfig) -> Result<(ConnectorSettings, Arc<Plugin>), ConfigError> {
-        let settings = config.settings()?;
+        let mut settings = config.settings()?;
+        self.check_tenant(config, &mut settings).await?;
         let name = config.plugin()?;
         let registry = &self.services.registry;
         let Some(plugin) = registry.get(name) else {
@@ -116,7 +134,7 @@ impl Herder {
                 None => {}
             }
         }
-        let context = self.context(&Namespace::new(&self.services.tenant, &config.name), None, None);
+        let context = self.context(&Namespace::new(config.tenant(), &config.name), None, None);
         let mut instance = self
             .services
             .runtime
@@ -136,11 +154,11 @@ impl Herder {
     /// Validates and starts a connector and its tasks.
     pub async fn start(&self, config: ConnectorConfig) -> Result<(), ConfigError> {
         let (settings, plugin) = self.validate(&config).await?;
+        let namespace = Namespace::new(config.tenant(), &config.name);
         let mut connectors = self.connectors.lock().await;
-        if connectors.contains_key(&config.name) {
+        if connectors.contains_key(&namespace) {
             return Err(config.error("name", format!("a connector named '{}' is already running", config.name)));
         }
-        let namespace = Namespace::new(&self.services.tenant, &config.name);
         if let Err(e) = self.services.configs.put_connector_config(&namespace, &config.to_pairs()) {
             return Err(config.error("name", format!("cannot store the config: {e:#}")));
         }
@@ -149,7 +167,7 @@ impl Herder {
         let delivered = Arc::new(AtomicU64::new(0));
         let destination =
             destination::for_kind(settings.destination, self.services.records.clone(), self.services.offsets.clone());
-        self.services.board.set_connector(&config.name, State::Unassigned, None);
+        self.services.board.set_connector(&namespace, State::Unassigned, None);
         let run = ConnectorRun {
             services: self.services.clone(),
             namespace,
@@ -161,15 +179,19 @@ impl Herder {
             reconfigure,
             tasks: Vec::new(),
         };
-        let name = run.config.name.clone();
+        let (key, tasks_max) = (run.namespace.clone(), run.settings.tasks_max);
         let join = tokio::spawn(run.run(stop_rx, reconfigure_rx));
-        connectors.insert(name, ConnectorHandle { stop, join, delivered });
+        connectors.insert(key, ConnectorHandle { tasks_max, stop, join, delivered });
         Ok(())
     }
 
     /// Stops a connector and its tasks gracefully (offsets committed). False if unknown.
     pub async fn stop(&self, connector: &str) -> bool {
-        let handle = self.connectors.lock().await.remove(connector);
+        self.stop_in(&Namespace::new(DEFAULT_TENANT, connector)).await
+    }
+
+    pub async fn stop_in(&self, ns: &Namespace) -> bool {
+        let handle = self.connectors.lock().await.remove(ns);
         match handle {
             Some(handle) => {
                 let _ = handle.stop.send(true);
@@ -189,6 +211,64 @@ impl Herder {
         for handle in handles {
             let _ = handle.join.await;
         }
+    }
+
+    /// The tenant's rules: it exists, grants stay inside its roots, and its quotas hold.
+    async fn check_tenant(
+        &self,
+        config: &ConnectorConfig,
+        settings: &mut ConnectorSettings,
+    ) -> Result<(), ConfigError> {
+        let tenants = &self.services.tenants;
+        let Some(tenant) = tenants.get(config.tenant()) else {
+            let declared = tenants.names().join(", ");
+            return Err(config.error("tenant", format!("unknown tenant '{}' (declared: {declared})", config.tenant())));
+        };
+        for (key, dirs) in
+            [("sandbox.fs.read", &settings.sandbox.fs_read), ("sandbox.fs.write", &settings.sandbox.fs_write)]
+        {
+            if let Some(dir) = dirs.iter().find(|dir| !tenant.may_grant(dir)) {
+                let reason =
+                    format!("'{}' is outside tenant {}'s roots ({})", dir.display(), tenant.name, tenant.roots_text());
+                return Err(config.error(key, reason));
+            }
+        }
+        let quotas = &tenant.quotas;
+        if let Some(max) = quotas.memory_max_bytes
+            && settings.sandbox.memory_max_bytes > max
+        {
+            if config.get("sandbox.memory.max.bytes").is_some() {
+                let reason = format!(
+                    "{} is above tenant {}'s quota of {max} bytes per instance",
+                    settings.sandbox.memory_max_bytes, tenant.name
+                );
+                return Err(config.error("sandbox.memory.max.bytes", reason));
+            }
+            settings.sandbox.memory_max_bytes = max;
+        }
+        let connectors = self.connectors.lock().await;
+        let mine: Vec<&ConnectorHandle> = connectors
+            .iter()
+            .filter(|(ns, _)| ns.tenant == tenant.name && ns.connector != config.name)
+            .map(|(_, c)| c)
+            .collect();
+        if let Some(max) = quotas.connectors
+            && mine.len() as u32 >= max
+        {
+            return Err(config
+                .error("name", format!("tenant {} already runs {} connectors, its quota", tenant.name, mine.len())));
+        }
+        if let Some(max) = quotas.tasks {
+            let in_use: u32 = mine.iter().map(|c| c.tasks_max).sum();
+            if in_use + settings.tasks_max > max {
+                let reason = format!(
+                    "{} more tasks would exceed tenant {}'s quota of {max} tasks ({in_use} in use)",
+                    settings.tasks_max, tenant.name
+                );
+                return Err(config.error(crate::config::TASKS_MAX, reason));
+            }
+        }
+        Ok(())
     }
 
     fn context(
@@ -251,7 +331,7 @@ struct ConnectorRun {
 impl ConnectorRun {
     async fn run(mut self, mut stop: watch::Receiver<bool>, mut reconfigure: mpsc::UnboundedReceiver<()>) {
         let board = self.services.board.clone();
-        let name = self.config.name.clone();
+        let name = self.namespace.clone();
         let mut attempt = 0u32;
         let mut failed = false;
         loop {
@@ -302,7 +382,7 @@ impl ConnectorRun {
             Ok(Err(e)) => return Some(describe_connector_error(&e)),
             Ok(Ok(())) => {}
         }
-        self.services.board.set_connector(&self.config.name, State::Running, None);
+        self.services.board.set_connector(&self.namespace, State::Running, None);
         if let Some(trace) = self.reconfigure(&mut instance).await {
             return Some(trace);
         }
@@ -380,7 +460,7 @@ impl ConnectorRun {
             }
         }
         self.tasks = kept.into_iter().flatten().collect();
-        self.services.board.retain_tasks(&name, configs.len() as u32);
+        self.services.board.retain_tasks(&self.namespace, configs.len() as u32);
         if let Err(e) = self.services.configs.put_task_configs(&self.namespace, &configs) {
             tracing::warn!(connector = %name, "cannot store task configs: {e:#}");
         }
@@ -401,7 +481,7 @@ impl ConnectorRun {
             delivered: self.delivered.clone(),
             reconfigure: self.reconfigure.clone(),
         };
-        self.services.board.set_task(&self.config.name, task, State::Unassigned, None, 0);
+        self.services.board.set_task(&self.namespace, task, State::Unassigned, None, 0);
         TaskHandle { config, stop, join: tokio::spawn(run_task(spec, stop_rx)) }
     }
 }

@@ -14,6 +14,7 @@
 //! | [`embedded`] | the SQLite implementation of every store, in the data directory |
 //! | [`destination`] | where records go: `local` (exactly-once) or `stdout` |
 //! | [`status`] | Kafka Connect's states and the status board |
+//! | [`tenants`] | tenants from `sluice.toml`: roots, quotas, hashed tokens |
 //! | [`herder`] | connector and task lifecycle; reconfiguration is decided here |
 //! | [`task_runner`] | one task's poll, deliver and commit loop |
 //! | [`bench`] | `sluice bench`: component vs native throughput |
@@ -35,6 +36,7 @@ pub mod sandbox;
 pub mod status;
 pub mod store;
 pub mod task_runner;
+pub mod tenants;
 
 /// Where `cargo build` put the repository's example plugins (the default `plugin.path`).
 pub const BUILT_PLUGINS: &str = env!("SLUICE_BUILT_PLUGINS");

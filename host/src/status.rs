@@ -59,29 +59,29 @@ pub struct ConnectorStatus {
 /// Every connector's status in this process.
 pub struct StatusBoard {
     worker_id: String,
-    tenant: String,
-    statuses: Mutex<BTreeMap<String, ConnectorStatus>>,
+    statuses: Mutex<BTreeMap<Namespace, ConnectorStatus>>,
     store: Arc<dyn StatusStore>,
 }
 
 impl StatusBoard {
-    pub fn new(worker_id: String, tenant: String, store: Arc<dyn StatusStore>) -> Self {
-        StatusBoard { worker_id, tenant, statuses: Mutex::new(BTreeMap::new()), store }
+    pub fn new(worker_id: String, store: Arc<dyn StatusStore>) -> Self {
+        StatusBoard { worker_id, statuses: Mutex::new(BTreeMap::new()), store }
     }
 
-    pub fn get(&self, connector: &str) -> Option<ConnectorStatus> {
-        self.statuses.lock().unwrap().get(connector).cloned()
+    pub fn get(&self, ns: &Namespace) -> Option<ConnectorStatus> {
+        self.statuses.lock().unwrap().get(ns).cloned()
     }
 
-    pub fn all(&self) -> Vec<ConnectorStatus> {
-        self.statuses.lock().unwrap().values().cloned().collect()
+    /// Every connector's status, with its namespace.
+    pub fn all(&self) -> Vec<(Namespace, ConnectorStatus)> {
+        self.statuses.lock().unwrap().iter().map(|(ns, s)| (ns.clone(), s.clone())).collect()
     }
 
-    fn update(&self, connector: &str, change: impl FnOnce(&mut ConnectorStatus)) {
+    fn update(&self, ns: &Namespace, change: impl FnOnce(&mut ConnectorStatus)) {
         let snapshot = {
             let mut statuses = self.statuses.lock().unwrap();
-            let status = statuses.entry(connector.to_string()).or_insert_with(|| ConnectorStatus {
-                name: connector.to_string(),
+            let status = statuses.entry(ns.clone()).or_insert_with(|| ConnectorStatus {
+                name: ns.connector.clone(),
                 connector: ConnectorState { state: State::Unassigned, worker_id: self.worker_id.clone(), trace: None },
                 tasks: Vec::new(),
                 kind: "source".into(),
@@ -89,29 +89,31 @@ impl StatusBoard {
             change(status);
             status.clone()
         };
-        if let Err(e) = self.store.put_status(&Namespace::new(&self.tenant, connector), &snapshot) {
-            tracing::warn!(connector, "cannot persist status: {e:#}");
+        if let Err(e) = self.store.put_status(ns, &snapshot) {
+            tracing::warn!(tenant = %ns.tenant, connector = %ns.connector, "cannot persist status: {e:#}");
         }
     }
 
-    pub fn set_connector(&self, connector: &str, state: State, trace: Option<String>) {
+    pub fn set_connector(&self, ns: &Namespace, state: State, trace: Option<String>) {
+        let (tenant, connector) = (&ns.tenant, &ns.connector);
         match &trace {
-            Some(trace) => tracing::error!(connector, "connector is {state}: {trace}"),
-            None => tracing::info!(connector, "connector is {state}"),
+            Some(trace) => tracing::error!(%tenant, %connector, "connector is {state}: {trace}"),
+            None => tracing::info!(%tenant, %connector, "connector is {state}"),
         }
-        self.update(connector, |s| {
+        self.update(ns, |s| {
             s.connector.state = state;
             s.connector.trace = trace;
         });
     }
 
-    pub fn set_task(&self, connector: &str, task: u32, state: State, trace: Option<String>, instance: u64) {
+    pub fn set_task(&self, ns: &Namespace, task: u32, state: State, trace: Option<String>, instance: u64) {
+        let (tenant, connector) = (&ns.tenant, &ns.connector);
         match &trace {
-            Some(trace) => tracing::error!(connector, task, instance, "task is {state}: {trace}"),
-            None => tracing::info!(connector, task, instance, "task is {state}"),
+            Some(trace) => tracing::error!(%tenant, %connector, task, instance, "task is {state}: {trace}"),
+            None => tracing::info!(%tenant, %connector, task, instance, "task is {state}"),
         }
         let worker_id = self.worker_id.clone();
-        self.update(connector, |s| {
+        self.update(ns, |s| {
             let status = TaskStatus { id: task, state, worker_id, trace, instance };
             match s.tasks.iter_mut().find(|t| t.id == task) {
                 Some(existing) => *existing = status,
@@ -124,7 +126,7 @@ impl StatusBoard {
     }
 
     /// Drops tasks that no longer exist after a reconfiguration.
-    pub fn retain_tasks(&self, connector: &str, count: u32) {
-        self.update(connector, |s| s.tasks.retain(|t| t.id < count));
+    pub fn retain_tasks(&self, ns: &Namespace, count: u32) {
+        self.update(ns, |s| s.tasks.retain(|t| t.id < count));
     }
 }

@@ -44,13 +44,12 @@ const MAX_IDLE_BACKOFF: Duration = Duration::from_millis(100);
 /// Runs the task until `stop` turns true.
 pub async fn run_task(spec: TaskSpec, mut stop: watch::Receiver<bool>) {
     let board = spec.services.board.clone();
-    let connector = spec.namespace.connector.clone();
     let mut attempt = 0u32;
     loop {
         match run_instance(&spec, &mut stop, attempt > 0).await {
             Outcome::Stopped => return,
             Outcome::Failed { trace, instance } => {
-                board.set_task(&connector, spec.task, State::Failed, Some(trace), instance);
+                board.set_task(&spec.namespace, spec.task, State::Failed, Some(trace), instance);
                 let restart = spec.settings.restart;
                 if !restart.enabled {
                     stopped(&mut stop).await;
@@ -88,14 +87,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
     };
     let id = instance.id;
     if restarting {
-        board.set_task(connector, spec.task, State::Restarting, None, id);
+        board.set_task(&spec.namespace, spec.task, State::Restarting, None, id);
     }
     match instance.task_start(&spec.config).await {
         Err(e) => return failed(e.to_string(), id),
         Ok(Err(e)) => return failed(describe_connector_error(&e), id),
         Ok(Ok(())) => {}
     }
-    board.set_task(connector, spec.task, State::Running, None, id);
+    board.set_task(&spec.namespace, spec.task, State::Running, None, id);
 
     let mut idle = Duration::ZERO;
     let mut last_commit = Instant::now();
@@ -144,6 +143,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
                 })
                 .collect();
             let count = checked.len() as u64;
+            services.tenants.throttle(&spec.namespace.tenant, count).await;
             let (destination, namespace) = (spec.destination.clone(), spec.namespace.clone());
             let delivered =
                 tokio::task::spawn_blocking(move || destination.deliver(&namespace, &checked, &offsets)).await;

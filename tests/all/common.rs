@@ -42,6 +42,15 @@ impl TestHost {
         TestHost { herder, data, plugins: dir, scratch: tempfile::tempdir().unwrap() }
     }
 
+    /// A host whose worker config declares these tenants (TOML).
+    pub async fn with_tenants(plugins: &[&str], tenants_toml: &str) -> TestHost {
+        let host = TestHost::new(plugins).await;
+        host.herder.shutdown().await;
+        let tenants = sluice::tenants::Tenants::parse(tenants_toml).unwrap();
+        let herder = Herder::open_with_tenants(host.data.path(), host.plugins.path(), tenants).await.unwrap();
+        TestHost { herder, ..host }
+    }
+
     /// Another host process on the same data directory, as after a restart.
     pub async fn reopen(self) -> TestHost {
         self.herder.shutdown().await;

@@ -108,7 +108,7 @@ hostile_test!(
 hostile_test!(
     raise_error_a_million_times,
     "raise-error-flood",
-    &[],
+    &[SLOW_BUT_FINITE],
     Expect::TaskFailed(&["raise-error: error number 0"])
 );
 hostile_test!(log_a_million_times, "log-flood", &[SLOW_BUT_FINITE], Expect::Delivers("logged"));

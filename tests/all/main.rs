@@ -10,3 +10,4 @@ mod hostile;
 mod imports;
 mod reconfigure;
 mod registry;
+mod tenants;

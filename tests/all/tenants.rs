@@ -1,0 +1,109 @@
+//! Tenants: the same connector name in two tenants shares nothing (offsets, records);
+//! a tenant cannot grant directories outside its roots; its quotas hold.
+
+use sluice::store::Namespace;
+
+use crate::common::*;
+
+fn canonical(dir: &tempfile::TempDir) -> String {
+    std::fs::canonicalize(dir.path()).unwrap().display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_see_only_their_own_offsets_and_records() {
+    let host = TestHost::with_tenants(&["testkit"], "[[tenant]]\nname = \"a\"\n[[tenant]]\nname = \"b\"\n").await;
+    let config = |tenant: &str, count: &str| {
+        connector("same", "testkit", &[("tenant", tenant), ("topic", "t"), ("record.count", count)])
+    };
+    let offsets = host.herder.services().offsets.clone();
+    let records = host.herder.services().records.clone();
+    let seq = |tenant: &str| {
+        let found = offsets.offsets(&Namespace::new(tenant, "same"), &[r#"{"task":"0"}"#.to_string()]).unwrap();
+        found[0]
+            .as_deref()
+            .and_then(|o| serde_json::from_str::<serde_json::Value>(o).ok())
+            .and_then(|o| o["seq"].as_u64())
+    };
+    let values = |tenant: &str| -> Vec<String> {
+        records
+            .read(tenant, "t", 0, 1 << 20)
+            .unwrap()
+            .into_iter()
+            .map(|r| String::from_utf8(r.record.value.unwrap()).unwrap())
+            .collect()
+    };
+    host.start(config("b", "50")).await;
+    wait_until("b's 50 records", || (seq("b") == Some(49)).then_some(())).await;
+    // a's task reads its own (absent) offset, not b's: it starts from 0.
+    host.start(config("a", "20")).await;
+    wait_until("a's 20 records", || (seq("a") == Some(19)).then_some(())).await;
+    assert_eq!(values("a"), sequence("0", 20));
+    assert_eq!(values("b"), sequence("0", 50));
+    assert_eq!(host.herder.status_in(&Namespace::new("a", "same")).unwrap().name, "same");
+    assert!(host.status("same").is_none(), "nothing of a or b is visible as the default tenant");
+    // Restarted with more to do, a resumes from its own offset.
+    assert!(host.herder.stop_in(&Namespace::new("a", "same")).await);
+    host.start(config("a", "30")).await;
+    wait_until("a's 30 records", || (seq("a") == Some(29)).then_some(())).await;
+    assert_eq!(values("a"), sequence("0", 30));
+    assert_eq!(values("b"), sequence("0", 50));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_outside_the_tenant_roots_are_refused() {
+    let (root, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::create_dir(root.path().join("inbox")).unwrap();
+    let toml = format!("[[tenant]]\nname = \"a\"\nroots = [\"{}\"]\n", canonical(&root));
+    let host = TestHost::with_tenants(&["counter"], &toml).await;
+    let inside = format!("{}/inbox", canonical(&root));
+    let ok = connector("c", "counter", &[("tenant", "a"), ("topic", "t"), ("sandbox.fs.read", &inside)]);
+    host.herder.validate(&ok).await.unwrap();
+    let outside = canonical(&elsewhere);
+    for key in ["sandbox.fs.read", "sandbox.fs.write"] {
+        let bad = connector("c", "counter", &[("tenant", "a"), ("topic", "t"), (key, &outside)]);
+        let error = host.herder.validate(&bad).await.err().expect("refused");
+        assert_eq!(error.key.as_deref(), Some(key));
+        assert!(
+            error.reason.contains("is outside tenant a's roots") && error.reason.contains(&canonical(&root)),
+            "{error}"
+        );
+    }
+    let unknown = connector("c", "counter", &[("tenant", "nobody"), ("topic", "t")]);
+    let error = host.herder.validate(&unknown).await.err().expect("refused");
+    assert_eq!(
+        (error.key.as_deref(), error.reason.as_str()),
+        (Some("tenant"), "unknown tenant 'nobody' (declared: a)")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_quotas_hold() {
+    let toml = "[[tenant]]\nname = \"q\"\n[tenant.quotas]\nconnectors = 1\ntasks = 2\nmemory_max_bytes = 33554432\nrecords_per_second = 100\n";
+    let host = TestHost::with_tenants(&["counter"], toml).await;
+    let config = |name: &str, extra: &[(&str, &str)]| {
+        let mut pairs = vec![("tenant", "q"), ("topic", "t")];
+        pairs.extend_from_slice(extra);
+        connector(name, "counter", &pairs)
+    };
+    let too_many_tasks = host.herder.validate(&config("c", &[("tasks.max", "3")])).await.err().expect("refused");
+    assert_eq!(too_many_tasks.key.as_deref(), Some("tasks.max"), "{too_many_tasks}");
+    let too_much_memory =
+        host.herder.validate(&config("c", &[("sandbox.memory.max.bytes", "67108864")])).await.err().expect("refused");
+    assert_eq!(too_much_memory.key.as_deref(), Some("sandbox.memory.max.bytes"), "{too_much_memory}");
+
+    host.start(config("c", &[("tasks.max", "2")])).await;
+    let second = host.herder.start(config("d", &[])).await.unwrap_err();
+    assert_eq!(second.key.as_deref(), Some("name"));
+    assert!(second.reason.contains("already runs 1 connectors, its quota"), "{second}");
+
+    // Two unthrottled tasks share the tenant's 100 records/s.
+    let ns = Namespace::new("q", "c");
+    wait_until("records to flow", || host.herder.status_in(&ns).filter(|s| s.tasks.len() == 2)).await;
+    let started = std::time::Instant::now();
+    let before = host.herder.delivered_in(&ns).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let delivered = host.herder.delivered_in(&ns).await - before;
+    let allowed = 100.0 * started.elapsed().as_secs_f64() + 100.0 /* burst */ + 200.0 /* two batches in flight */;
+    assert!((delivered as f64) <= allowed, "{delivered} records in {:?} exceed the quota of 100/s", started.elapsed());
+    assert!(delivered > 0, "the tenant's connector must still run");
+}
