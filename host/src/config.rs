@@ -115,6 +115,15 @@ impl ConnectorConfig {
         }
     }
 
+    /// This config with `defaults` filled in for the keys it does not set.
+    pub fn with_defaults(&self, defaults: &BTreeMap<String, String>) -> ConnectorConfig {
+        let mut config = self.clone();
+        for (key, value) in defaults {
+            config.values.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+        config
+    }
+
     /// The tenant that owns this connector (`tenant`, default `default`).
     pub fn tenant(&self) -> &str {
         self.get("tenant").unwrap_or(crate::store::DEFAULT_TENANT)
@@ -174,6 +183,8 @@ pub struct SandboxSettings {
     pub timeouts: CallTimeouts,
     /// Largest record (key + value + headers) a task may return.
     pub record_max_bytes: u64,
+    /// Fuel (roughly, wasm instructions) one call may use; needs fuel metering on.
+    pub fuel_per_call: Option<u64>,
     /// Largest poll batch.
     pub batch_max_bytes: u64,
     pub log_lines_per_second: u32,
@@ -187,6 +198,7 @@ impl Default for SandboxSettings {
             memory_max_bytes: 64 << 20,
             timeouts: CallTimeouts { lifecycle: Duration::from_secs(10), hot: Duration::from_secs(5) },
             record_max_bytes: 1 << 20,
+            fuel_per_call: None,
             batch_max_bytes: 16 << 20,
             log_lines_per_second: 100,
         }
@@ -223,6 +235,11 @@ pub const HOST_KEYS: &[(&str, &str, &str)] = &[
     ("sandbox.call.timeout.ms", "10000 / 5000", "deadline of each call (start, stop, task-configs / poll, tick)"),
     ("sandbox.record.max.bytes", "1048576", "largest record (key + value + headers) a task may return"),
     ("sandbox.batch.max.bytes", "16777216", "largest poll batch"),
+    (
+        "sandbox.fuel.per.call",
+        "none",
+        "fuel one call may use (needs [sandbox] fuel_metering = true in sluice.toml); used fuel is in the status",
+    ),
     (
         "sandbox.log.lines.per.second",
         "100",
@@ -277,6 +294,10 @@ impl ConnectorSettings {
             memory_max_bytes: positive("sandbox.memory.max.bytes", defaults.memory_max_bytes)?,
             timeouts,
             record_max_bytes: positive("sandbox.record.max.bytes", defaults.record_max_bytes)?,
+            fuel_per_call: match config.get("sandbox.fuel.per.call") {
+                None => None,
+                Some(_) => Some(positive("sandbox.fuel.per.call", 0)?),
+            },
             batch_max_bytes: positive("sandbox.batch.max.bytes", defaults.batch_max_bytes)?,
             log_lines_per_second: u32::try_from(positive("sandbox.log.lines.per.second", 100)?)
                 .map_err(|_| config.error("sandbox.log.lines.per.second", "too large"))?,

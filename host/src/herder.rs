@@ -56,7 +56,7 @@ impl Herder {
 
     /// The same, with the tenants of a worker config (`sluice.toml`).
     pub async fn open_with_tenants(data_dir: &Path, plugin_dir: &Path, tenants: Tenants) -> anyhow::Result<Herder> {
-        let runtime = Runtime::new()?;
+        let runtime = Runtime::with_fuel_metering(tenants.fuel_metering)?;
         let db = Arc::new(Embedded::open(data_dir)?);
         let registry = Arc::new(Registry::load(&runtime, plugin_dir, &data_dir.join("compiled")).await?);
         let worker_id = format!("{}:{}", hostname(), std::process::id());
@@ -110,7 +110,12 @@ impl Herder {
     /// Checks a config the way `start` would: host keys, the plugin's `config-def`, and
     /// the plugin's own `validate`.
     pub async fn validate(&self, config: &ConnectorConfig) -> Result<(ConnectorSettings, Arc<Plugin>), ConfigError> {
+        let config = &config.with_defaults(&self.services.tenants.defaults);
         let mut settings = config.settings()?;
+        if settings.sandbox.fuel_per_call.is_some() && !self.services.runtime.fuel_metering {
+            let reason = "fuel metering is off in this worker: set [sandbox] fuel_metering = true in sluice.toml";
+            return Err(config.error("sandbox.fuel.per.call", reason));
+        }
         self.check_tenant(config, &mut settings).await?;
         let name = config.plugin()?;
         let registry = &self.services.registry;
@@ -154,6 +159,7 @@ impl Herder {
     /// Validates and starts a connector and its tasks.
     pub async fn start(&self, config: ConnectorConfig) -> Result<(), ConfigError> {
         let (settings, plugin) = self.validate(&config).await?;
+        let config = config.with_defaults(&self.services.tenants.defaults);
         let namespace = Namespace::new(config.tenant(), &config.name);
         let mut connectors = self.connectors.lock().await;
         if connectors.contains_key(&namespace) {

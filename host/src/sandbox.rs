@@ -39,12 +39,20 @@ pub struct Runtime {
     linker: Linker<HostState>,
     next_instance: AtomicU64,
     stop_ticker: Arc<AtomicBool>,
+    /// Whether calls consume fuel (CPU accounting and `sandbox.fuel.per.call`).
+    pub fuel_metering: bool,
 }
 
 impl Runtime {
     pub fn new() -> anyhow::Result<Arc<Self>> {
+        Self::with_fuel_metering(false)
+    }
+
+    /// Fuel metering is engine-wide and costs every plugin about a tenth of its speed, so
+    /// it is a worker setting (`[sandbox] fuel_metering` in sluice.toml).
+    pub fn with_fuel_metering(fuel_metering: bool) -> anyhow::Result<Arc<Self>> {
         let mut config = Config::new();
-        config.wasm_component_model(true).epoch_interruption(true);
+        config.wasm_component_model(true).epoch_interruption(true).consume_fuel(fuel_metering);
         // Instances come from preallocated slots: instantiation is a few microseconds and
         // memory is reused copy-on-write. The sizes leave room for large (Python, JS)
         // components, which have many core instances and tables.
@@ -72,7 +80,7 @@ impl Runtime {
                 ticker_engine.increment_epoch();
             }
         })?;
-        Ok(Arc::new(Runtime { engine, linker, next_instance: AtomicU64::new(1), stop_ticker }))
+        Ok(Arc::new(Runtime { engine, linker, next_instance: AtomicU64::new(1), stop_ticker, fuel_metering }))
     }
 
     pub fn linker(&self) -> &Linker<HostState> {
@@ -115,9 +123,13 @@ impl Runtime {
             raised_error: None,
             context,
             log,
+            fuel: self.fuel_metering.then_some(Fuel { per_call: sandbox.fuel_per_call, budget: 0, used: 0 }),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| state as &mut dyn ResourceLimiter);
+        if self.fuel_metering {
+            store.set_fuel(u64::MAX).map_err(|e| CallError::Setup(format!("{e:#}")))?;
+        }
         store.epoch_deadline_callback(|mut ctx| {
             let state = ctx.data_mut();
             match &state.call {
@@ -180,6 +192,16 @@ pub struct HostState {
     raised_error: Option<String>,
     context: InstanceContext,
     log: PluginLog,
+    /// `Some` when the engine meters fuel.
+    fuel: Option<Fuel>,
+}
+
+struct Fuel {
+    per_call: Option<u64>,
+    /// What the current call was given.
+    budget: u64,
+    /// Used by all calls so far.
+    used: u64,
 }
 
 impl WasiView for HostState {
@@ -281,6 +303,9 @@ pub enum CallError {
     MemoryCap(String),
     #[error("trap in {call}: {detail}")]
     Trap { call: &'static str, detail: String },
+    /// "poll used all of its sandbox.fuel.per.call (1000000)"
+    #[error("{0}")]
+    Fuel(String),
     #[error("{0}")]
     Setup(String),
 }
@@ -290,11 +315,20 @@ fn begin(store: &mut Store<HostState>, name: &'static str, timeout: Duration) {
     let started = Instant::now();
     state.call = Some(ActiveCall { name, started, deadline: started + timeout, timeout });
     state.deadline_hit = None;
+    if let Some(fuel) = &mut state.fuel {
+        fuel.budget = fuel.per_call.unwrap_or(u64::MAX / 2);
+        let budget = fuel.budget;
+        let _ = store.set_fuel(budget);
+    }
     store.set_epoch_deadline(1);
 }
 
 fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R, CallError> {
+    let left = store.get_fuel().unwrap_or(0);
     let state = store.data_mut();
+    if let Some(fuel) = &mut state.fuel {
+        fuel.used += fuel.budget.saturating_sub(left);
+    }
     let call = state.call.take().map_or("call", |c| c.name);
     match result {
         Ok(value) => match state.raised_error.take() {
@@ -306,6 +340,10 @@ fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Resul
                 Err(CallError::Deadline(message))
             } else if state.memory_cap_hit {
                 Err(CallError::MemoryCap(memory_cap_message(state.memory_cap)))
+            } else if let (Some(wasmtime::Trap::OutOfFuel), Some(fuel)) =
+                (error.downcast_ref::<wasmtime::Trap>(), &state.fuel)
+            {
+                Err(CallError::Fuel(format!("{call} used all of its sandbox.fuel.per.call ({})", fuel.budget)))
             } else {
                 Err(CallError::Trap { call, detail: describe_trap(&error) })
             }
@@ -331,6 +369,13 @@ pub struct PluginInstance {
     timeouts: CallTimeouts,
     /// Host-unique: tells one (re)start of a task from another.
     pub id: u64,
+}
+
+impl PluginInstance {
+    /// Fuel used by every call so far, when the engine meters fuel.
+    pub fn fuel_used(&self) -> Option<u64> {
+        self.store.data().fuel.as_ref().map(|f| f.used)
+    }
 }
 
 /// Calls an export under its deadline and turns failures into [`CallError`].

@@ -45,6 +45,9 @@ pub struct TaskStatus {
     /// Host-unique number of the sandbox instance running the task: it changes exactly
     /// when the task is (re)started, which is how restarts are observed.
     pub instance: u64,
+    /// Fuel the task's instance has used, when the worker meters fuel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuel_used: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,13 +117,22 @@ impl StatusBoard {
         }
         let worker_id = self.worker_id.clone();
         self.update(ns, |s| {
-            let status = TaskStatus { id: task, state, worker_id, trace, instance };
+            let status = TaskStatus { id: task, state, worker_id, trace, instance, fuel_used: None };
             match s.tasks.iter_mut().find(|t| t.id == task) {
                 Some(existing) => *existing = status,
                 None => {
                     s.tasks.push(status);
                     s.tasks.sort_by_key(|t| t.id);
                 }
+            }
+        });
+    }
+
+    /// Records the fuel a task has used (no log line: it changes all the time).
+    pub fn set_task_fuel(&self, ns: &Namespace, task: u32, fuel_used: u64) {
+        self.update(ns, |s| {
+            if let Some(t) = s.tasks.iter_mut().find(|t| t.id == task) {
+                t.fuel_used = Some(fuel_used);
             }
         });
     }

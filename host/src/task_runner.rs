@@ -38,6 +38,9 @@ enum Outcome {
     Failed { trace: String, instance: u64 },
 }
 
+/// How often a task's used fuel is written to its status.
+const FUEL_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Longest pause between polls that returned nothing.
 const MAX_IDLE_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -98,6 +101,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
 
     let mut idle = Duration::ZERO;
     let mut last_commit = Instant::now();
+    let mut last_fuel_report = Instant::now();
     while !*stop.borrow() {
         let records = match instance.poll().await {
             Err(e) => return failed(e.to_string(), id),
@@ -154,6 +158,12 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
                 Ok(Err(e)) => return failed(format!("destination failed: {e:#}"), id),
                 Err(e) => return failed(format!("destination failed: {e}"), id),
             }
+        }
+        if let Some(fuel) = instance.fuel_used()
+            && last_fuel_report.elapsed() >= FUEL_REPORT_INTERVAL
+        {
+            last_fuel_report = Instant::now();
+            board.set_task_fuel(&spec.namespace, spec.task, fuel);
         }
         if last_commit.elapsed() >= spec.settings.offset_flush_interval {
             last_commit = Instant::now();

@@ -1,8 +1,15 @@
-//! Tenants: who owns connectors, what they may grant, and their quotas. Declared in the
-//! optional worker config (`sluice.toml`); a connector names its tenant with the `tenant`
-//! key. Without a config every connector is in `default`, which has no limits.
+//! The worker config (`sluice.toml`, optional): tenants (who owns connectors, what they
+//! may grant, their quotas), worker-wide defaults for connector keys, and whether fuel
+//! metering is on. A connector names its tenant with the `tenant` key. Without a config
+//! every connector is in `default`, which has no limits.
 //!
 //! ```toml
+//! [defaults]                                        # for connectors that do not set them
+//! "sandbox.call.timeout.ms" = "2000"
+//!
+//! [sandbox]
+//! fuel_metering = true                              # CPU accounting; costs ~10% throughput
+//!
 //! [[tenant]]
 //! name = "acme"
 //! token_sha256 = "<hex sha256 of the API token>"   # `sluice hash-token TOKEN`
@@ -49,16 +56,32 @@ pub struct Tenant {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct WorkerSandbox {
+    #[serde(default)]
+    fuel_metering: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct WorkerConfig {
     #[serde(default)]
     tenant: Vec<Tenant>,
+    #[serde(default)]
+    defaults: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    sandbox: WorkerSandbox,
 }
 
-/// Every tenant, and the records/s budget each one's tasks share.
+/// The worker config: every tenant (and the records/s budget each one's tasks share),
+/// connector-key defaults, and fuel metering.
 #[derive(Default)]
 pub struct Tenants {
     declared: BTreeMap<String, Tenant>,
     buckets: Mutex<BTreeMap<String, (f64, Instant)>>,
+    /// Values for connector keys a connector config does not set.
+    pub defaults: BTreeMap<String, String>,
+    /// Whether the engine meters fuel (needed for `sandbox.fuel.per.call`).
+    pub fuel_metering: bool,
 }
 
 pub fn hash_token(token: &str) -> String {
@@ -91,7 +114,23 @@ impl Tenants {
             let name = tenant.name.clone();
             anyhow::ensure!(declared.insert(name.clone(), tenant).is_none(), "tenant {name} is declared twice");
         }
-        Ok(Tenants { declared, buckets: Mutex::new(BTreeMap::new()) })
+        let defaults = config
+            .defaults
+            .into_iter()
+            .map(|(key, value)| {
+                let text = match value {
+                    toml::Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                (key, text)
+            })
+            .collect();
+        Ok(Tenants {
+            declared,
+            buckets: Mutex::new(BTreeMap::new()),
+            defaults,
+            fuel_metering: config.sandbox.fuel_metering,
+        })
     }
 
     /// The tenant named `name`; `default` exists (unlimited) unless declared otherwise.
@@ -175,5 +214,10 @@ mod tests {
         assert!(tenants.get("nobody").is_none());
         assert!(Tenants::parse("[[tenant]]\nname = \"x\"\ntoken_sha256 = \"plain\"\n").is_err());
         assert!(Tenants::parse("[[tenant]]\nname = \"x\"\nsurprise = 1\n").is_err());
+        let worker =
+            Tenants::parse("[defaults]\n\"sandbox.call.timeout.ms\" = 2000\n[sandbox]\nfuel_metering = true\n")
+                .unwrap();
+        assert_eq!(worker.defaults["sandbox.call.timeout.ms"], "2000");
+        assert!(worker.fuel_metering);
     }
 }

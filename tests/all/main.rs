@@ -11,3 +11,4 @@ mod imports;
 mod reconfigure;
 mod registry;
 mod tenants;
+mod worker;
