@@ -8,7 +8,7 @@ use std::time::Duration;
 use sluice::embedded::Embedded;
 use sluice::store::{DEFAULT_TENANT, Namespace, OffsetStore, RecordLog};
 
-use crate::{connector_file, sluice, wait_until};
+use crate::{connector_file, crash_rng, sluice, wait_until};
 
 const TASKS: u32 = 2;
 const PER_TASK: u64 = 5000;
@@ -32,9 +32,7 @@ fn stored_count(data: &std::path::Path) -> u64 {
 
 #[test]
 fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
-    let seed = std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| fastrand::u64(..));
-    println!("crash test seed: {seed} (set CRASH_SEED to replay)");
-    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut rng = crash_rng();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let file = connector_file(

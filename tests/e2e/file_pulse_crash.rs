@@ -9,15 +9,13 @@ use sluice::embedded::Embedded;
 use sluice::store::{DEFAULT_TENANT, RecordLog};
 
 use crate::files::drop_mixed;
-use crate::{connector_file, sluice, wait_until};
+use crate::{connector_file, crash_rng, sluice, wait_until};
 
 const KILLS: usize = 10;
 
 #[test]
 fn file_pulse_survives_sigkill_with_every_line_exactly_once() {
-    let seed = std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| fastrand::u64(..));
-    println!("crash test seed: {seed} (set CRASH_SEED to replay)");
-    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut rng = crash_rng();
     let dir = tempfile::tempdir().unwrap();
     let inbox = dir.path().join("inbox");
     std::fs::create_dir(&inbox).unwrap();

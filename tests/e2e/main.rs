@@ -40,3 +40,11 @@ pub fn wait_until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
         std::thread::sleep(Duration::from_millis(25));
     }
 }
+
+/// The random source of a crash test: seeded from `CRASH_SEED` when set (to replay a run),
+/// else at random; the seed is printed either way.
+pub fn crash_rng() -> fastrand::Rng {
+    let seed = std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| fastrand::u64(..));
+    println!("crash test seed: {seed} (set CRASH_SEED to replay)");
+    fastrand::Rng::with_seed(seed)
+}
