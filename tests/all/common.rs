@@ -161,9 +161,16 @@ pub async fn assert_neighbour_keeps_delivering(host: &TestHost) {
     let status = host.status("neighbour").unwrap();
     assert_eq!(status.connector.state, State::Running);
     assert_eq!(status.tasks[0].state, State::Running);
+    // Stopped, its committed offset must be exactly its last delivered record.
+    assert!(host.herder.stop("neighbour").await);
     let values = host.values("n");
     let expected: Vec<String> = (0..values.len()).map(|i| counter_value(i as u64)).collect();
     assert_eq!(values, expected, "the neighbour's records must be complete and in order");
+    assert_eq!(
+        host.seq("neighbour", r#"{"counter":0}"#),
+        Some(values.len() as u64 - 1),
+        "the neighbour's offset must match its records"
+    );
 }
 
 fn counter_value(seq: u64) -> String {
