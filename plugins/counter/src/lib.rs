@@ -57,5 +57,6 @@ pub mod generator {
     }
 }
 
+/// The component glue, written with the `sluice-connector` SDK.
 #[cfg(target_family = "wasm")]
 mod component;

@@ -1,4 +1,5 @@
-//! The `source-connector` world for file-pulse.
+//! The `source-connector` world for file-pulse, through the `sluice-connector` SDK: the
+//! connector is [`ConnectorState`], a task is [`TaskState`].
 //!
 //! The connector lists the directory on `tick`, reads every assigned file's committed
 //! offset in one `offsets` call, cleans up finished files, hands new files to tasks
@@ -6,7 +7,6 @@
 //! one task's generation (so the host restarts only it). Tasks stream their files
 //! round-robin, a bounded slice per poll, so a new small file never waits for a large one.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::assign::Assignment;
@@ -14,26 +14,16 @@ use crate::offset::{FileKey, FileOffset};
 use crate::reader::{LineReader, read_whole};
 use crate::settings::{Cleanup, Completion, KEYS, ReadMode, Settings};
 
-wit_bindgen::generate!({ path: "../../wit", world: "source-connector" });
-
-use exports::sluice::connector::connector::{
-    Config, ConfigKey, ConfigProblem, ConnectorError, Guest as ConnectorGuest,
+use sluice_connector::{
+    Config, ConfigKey, ConfigProblem, ConfigType, Connector, Error, Header, Importance, Record, Task, log,
 };
-use exports::sluice::connector::task::{Guest as TaskGuest, SourceRecord};
-use sluice::connector::log::{Level, log};
-use sluice::connector::types::{ConfigType, Header, Importance};
-use sluice::connector::{connector_context, offset_storage_reader};
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-fn to_map(config: Config) -> BTreeMap<String, String> {
-    config.into_iter().collect()
-}
-
-fn invalid((key, reason): (String, String)) -> ConnectorError {
-    ConnectorError::InvalidConfig(format!("{key}: {reason}"))
+fn invalid((key, reason): (String, String)) -> Error {
+    Error::InvalidConfig(format!("{key}: {reason}"))
 }
 
 thread_local! {
@@ -98,11 +88,7 @@ fn committed(keys: &[FileKey]) -> Vec<Option<FileOffset>> {
     if keys.is_empty() {
         return Vec::new();
     }
-    let partitions: Vec<String> = keys.iter().map(FileKey::partition).collect();
-    offset_storage_reader::offsets(&partitions)
-        .into_iter()
-        .map(|(_, o)| o.as_deref().and_then(FileOffset::parse))
-        .collect()
+    sluice_connector::offsets::get_many(keys)
 }
 
 /// Lists matching files under the directory (relative paths, `/`-separated).
@@ -160,25 +146,21 @@ struct ConnectorState {
     initial: Vec<FileKey>,
 }
 
-thread_local! {
-    static CONNECTOR: RefCell<ConnectorState> = RefCell::new(ConnectorState::default());
-}
-
 impl ConnectorState {
     fn settings(&self) -> &Settings {
         self.settings.as_ref().expect("started")
     }
 
     /// Lists the directory; returns the files to assign (new ones, and failed ones moved back).
-    fn discover(&mut self) -> Result<Vec<FileKey>, ConnectorError> {
+    fn discover(&mut self) -> Result<Vec<FileKey>, Error> {
         let files = list(self.settings())
-            .map_err(|e| ConnectorError::Retriable(format!("listing {}: {e}", self.settings().directory)))?;
+            .map_err(|e| Error::Retriable(format!("listing {}: {e}", self.settings().directory)))?;
         let mut new = Vec::new();
         // A file this connector moved away after it failed, now back: read it again.
         let returned: Vec<FileKey> = files.iter().filter(|f| self.moved_failed.contains_key(f)).cloned().collect();
         for file in &returned {
             let attempt = self.moved_failed.remove(file).unwrap_or(0) + 1;
-            log(Level::Info, &format!("{} was moved back after failing: retrying it (attempt {attempt})", file.path));
+            log::info(&format!("{} was moved back after failing: retrying it (attempt {attempt})", file.path));
             self.attempts.insert(file.clone(), attempt);
             self.finished.remove(file);
             for task in &mut self.assignment.tasks {
@@ -203,7 +185,7 @@ impl ConnectorState {
         }
         if !new.is_empty() {
             let names: Vec<&str> = new.iter().map(|f| f.path.as_str()).collect();
-            log(Level::Info, &format!("{} new file(s): {}", new.len(), names.join(", ")));
+            log::info(&format!("{} new file(s): {}", new.len(), names.join(", ")));
         }
         Ok(new)
     }
@@ -234,8 +216,8 @@ impl ConnectorState {
             }
         };
         match result {
-            Ok(done) => log(Level::Info, &done),
-            Err(e) => log(Level::Warn, &format!("cleanup of {} failed: {e}", file.path)),
+            Ok(done) => log::info(&done),
+            Err(e) => log::warn(&format!("cleanup of {} failed: {e}", file.path)),
         }
     }
 
@@ -250,7 +232,7 @@ impl ConnectorState {
             let attempt = self.attempts.get(file).copied().unwrap_or(0);
             if let Some(offset) = offset.as_ref().filter(|o| o.done && o.attempt >= attempt) {
                 if let Some(reason) = &offset.failed {
-                    log(Level::Warn, &format!("{} failed: {reason}", file.path));
+                    log::warn(&format!("{} failed: {reason}", file.path));
                 }
                 self.clean_up(file, offset);
                 self.finished.insert(file.clone());
@@ -281,14 +263,11 @@ impl ConnectorState {
                 *since = now;
             } else if now.saturating_sub(*since) >= timeout {
                 let names: Vec<&str> = unfinished.iter().map(|f| f.path.as_str()).collect();
-                log(
-                    Level::Warn,
-                    &format!(
-                        "task {task} made no progress on {} for {} ms: restarting it",
-                        names.join(", "),
-                        now - *since
-                    ),
-                );
+                log::warn(&format!(
+                    "task {task} made no progress on {} for {} ms: restarting it",
+                    names.join(", "),
+                    now - *since
+                ));
                 self.generations[task] += 1;
                 *since = now;
                 restart.insert(task);
@@ -309,9 +288,7 @@ impl ConnectorState {
     }
 }
 
-struct FilePulse;
-
-impl ConnectorGuest for FilePulse {
+impl Connector for ConnectorState {
     fn version() -> String {
         env!("CARGO_PKG_VERSION").to_string()
     }
@@ -336,8 +313,8 @@ impl ConnectorGuest for FilePulse {
             .collect()
     }
 
-    fn validate(config: Config) -> Vec<ConfigProblem> {
-        let settings = match Settings::parse(&to_map(config)) {
+    fn validate(config: &Config) -> Vec<ConfigProblem> {
+        let settings = match Settings::parse(&config.0) {
             Ok(settings) => settings,
             Err((key, message)) => return vec![ConfigProblem { key, message }],
         };
@@ -353,61 +330,51 @@ impl ConnectorGuest for FilePulse {
         Vec::new()
     }
 
-    fn start(config: Config) -> Result<(), ConnectorError> {
-        let config = to_map(config);
-        let settings = Settings::parse(&config).map_err(invalid)?;
-        CONNECTOR.with_borrow_mut(|state| {
-            *state = ConnectorState { config, settings: Some(settings), ..ConnectorState::default() };
-            state.last_listing_ms = now_ms();
-            // List once now, so the first task configs already carry the files.
-            state.initial = state.discover()?;
-            Ok(())
-        })
+    fn start(config: Config) -> Result<Self, Error> {
+        let settings = Settings::parse(&config.0).map_err(invalid)?;
+        let mut state = ConnectorState { config: config.0, settings: Some(settings), ..ConnectorState::default() };
+        state.last_listing_ms = now_ms();
+        // List once now, so the first task configs already carry the files.
+        state.initial = state.discover()?;
+        Ok(state)
     }
 
-    fn task_configs(max_tasks: u32) -> Result<Vec<Config>, ConnectorError> {
-        CONNECTOR.with_borrow_mut(|state| {
-            state.resize(max_tasks as usize);
-            let initial = std::mem::take(&mut state.initial);
-            state.assignment.add(&initial, &state.finished);
-            Ok(state
-                .assignment
-                .tasks
-                .iter()
-                .enumerate()
-                .map(|(task, files)| {
-                    let files: Vec<(String, String, u32)> = files
-                        .iter()
-                        .map(|f| (f.path.clone(), f.id.clone(), state.attempts.get(f).copied().unwrap_or(0)))
-                        .collect();
-                    let mut config = state.config.clone();
-                    config.insert("file-pulse.task".into(), task.to_string());
-                    config.insert("file-pulse.generation".into(), state.generations[task].to_string());
-                    config.insert("file-pulse.files".into(), serde_json::to_string(&files).expect("serializable"));
-                    config.into_iter().collect()
-                })
-                .collect())
-        })
+    fn task_configs(&mut self, max_tasks: u32) -> Result<Vec<Config>, Error> {
+        self.resize(max_tasks as usize);
+        let initial = std::mem::take(&mut self.initial);
+        self.assignment.add(&initial, &self.finished);
+        Ok(self
+            .assignment
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(task, files)| {
+                let files: Vec<(String, String, u32)> = files
+                    .iter()
+                    .map(|f| (f.path.clone(), f.id.clone(), self.attempts.get(f).copied().unwrap_or(0)))
+                    .collect();
+                Config(self.config.clone())
+                    .with("file-pulse.task", task)
+                    .with("file-pulse.generation", self.generations[task])
+                    .with("file-pulse.files", serde_json::to_string(&files).expect("serializable"))
+            })
+            .collect())
     }
 
-    fn tick() -> Result<(), ConnectorError> {
-        CONNECTOR.with_borrow_mut(|state| {
-            let now = now_ms();
-            let mut changed = BTreeSet::new();
-            if now.saturating_sub(state.last_listing_ms) >= state.settings().listing_interval_ms {
-                state.last_listing_ms = now;
-                let new = state.discover()?;
-                changed.extend(state.assignment.add(&new, &state.finished));
-            }
-            changed.extend(state.watch(now));
-            if !changed.is_empty() {
-                connector_context::request_task_reconfiguration();
-            }
-            Ok(())
-        })
+    fn tick(&mut self) -> Result<(), Error> {
+        let now = now_ms();
+        let mut changed = BTreeSet::new();
+        if now.saturating_sub(self.last_listing_ms) >= self.settings().listing_interval_ms {
+            self.last_listing_ms = now;
+            let new = self.discover()?;
+            changed.extend(self.assignment.add(&new, &self.finished));
+        }
+        changed.extend(self.watch(now));
+        if !changed.is_empty() {
+            sluice_connector::request_task_reconfiguration();
+        }
+        Ok(())
     }
-
-    fn stop() {}
 }
 
 // ---------------------------------------------------------------- task
@@ -434,13 +401,9 @@ struct TaskState {
     stall_after_lines: Option<u64>,
 }
 
-thread_local! {
-    static TASK: RefCell<TaskState> = RefCell::new(TaskState::default());
-}
-
 impl TaskFile {
-    fn record(&self, topic: &str, value: Option<Vec<u8>>) -> SourceRecord {
-        SourceRecord {
+    fn record(&self, topic: &str, value: Option<Vec<u8>>) -> Record {
+        Record {
             partition: self.partition.clone(),
             offset: self.offset.to_json(),
             topic: value.as_ref().map(|_| topic.to_string()),
@@ -456,10 +419,10 @@ impl TaskFile {
 
     /// Ends the file: the done flag rides on its last record of this poll, or on an
     /// offset-only record when this poll produced none.
-    fn finish(&mut self, records: &mut Vec<SourceRecord>, last_of_this_poll: Option<usize>, failed: Option<String>) {
+    fn finish(&mut self, records: &mut Vec<Record>, last_of_this_poll: Option<usize>, failed: Option<String>) {
         self.offset.done = true;
         if let Some(reason) = failed {
-            log(Level::Warn, &format!("{}: {reason}", self.key.path));
+            log::warn(&format!("{}: {reason}", self.key.path));
             self.offset.failed = Some(reason);
         }
         self.finished = true;
@@ -473,7 +436,7 @@ impl TaskFile {
 
 impl TaskState {
     /// Reads from one file until the poll's budget is spent or nothing more is there.
-    fn read_file(&mut self, index: usize, records: &mut Vec<SourceRecord>, bytes: &mut usize) {
+    fn read_file(&mut self, index: usize, records: &mut Vec<Record>, bytes: &mut usize) {
         let settings = self.settings.clone().expect("started");
         let stall_after = self.stall_after_lines;
         let file = &mut self.files[index];
@@ -544,15 +507,15 @@ impl TaskState {
     }
 }
 
-impl TaskGuest for FilePulse {
-    fn start(config: Config) -> Result<(), ConnectorError> {
-        let config = to_map(config);
+impl Task for TaskState {
+    fn start(config: Config) -> Result<Self, Error> {
+        let config = config.0;
         let settings = Settings::parse(&config).map_err(invalid)?;
         let listed: Vec<(String, String, u32)> = config
             .get("file-pulse.files")
             .map(|text| serde_json::from_str(text))
             .transpose()
-            .map_err(|e| ConnectorError::InvalidConfig(format!("file-pulse.files: {e}")))?
+            .map_err(|e| Error::InvalidConfig(format!("file-pulse.files: {e}")))?
             .unwrap_or_default();
         let keys: Vec<FileKey> =
             listed.iter().map(|(path, id, _)| FileKey { path: path.clone(), id: id.clone() }).collect();
@@ -588,15 +551,13 @@ impl TaskGuest for FilePulse {
             .and_then(|n| n.parse().ok())
             .filter(|_| generation == 0 && stalls_here);
         let open = files.iter().filter(|f| !f.finished).count();
-        log(Level::Info, &format!("streaming {open} of {} assigned file(s), generation {generation}", files.len()));
-        TASK.with_borrow_mut(|state| {
-            *state = TaskState { settings: Some(settings), files, cursor: 0, stall_after_lines }
-        });
-        Ok(())
+        log::info(&format!("streaming {open} of {} assigned file(s), generation {generation}", files.len()));
+        Ok(TaskState { settings: Some(settings), files, cursor: 0, stall_after_lines })
     }
 
-    fn poll() -> Result<Vec<SourceRecord>, ConnectorError> {
-        TASK.with_borrow_mut(|state| {
+    fn poll(&mut self) -> Result<Vec<Record>, Error> {
+        let state = self;
+        {
             let mut records = Vec::new();
             let mut bytes = 0;
             let count = state.files.len();
@@ -613,14 +574,8 @@ impl TaskGuest for FilePulse {
             // The next poll starts with the next file: every file gets its turn.
             state.cursor = if count == 0 { 0 } else { (state.cursor + 1) % count };
             Ok(records)
-        })
+        }
     }
-
-    fn commit() -> Result<(), ConnectorError> {
-        Ok(())
-    }
-
-    fn stop() {}
 }
 
-export!(FilePulse);
+sluice_connector::export_connector!(ConnectorState, TaskState);

@@ -1,0 +1,337 @@
+//! Write a Sluice source connector in Rust: implement [`Connector`] and [`Task`], then
+//! call [`export_connector!`]. Build with `cargo build --release --target wasm32-wasip2`
+//! (crate type `cdylib`) and drop the `.wasm` into Sluice's plugin folder.
+//!
+//! A whole connector that counts, one partition per task:
+//!
+//! ```rust,ignore
+//! use serde::{Deserialize, Serialize};
+//! use sluice_connector::{Config, ConfigKey, Connector, Error, Record, Task, offsets};
+//!
+//! #[derive(Serialize)]
+//! struct Partition { task: u32 }
+//! #[derive(Serialize, Deserialize)]
+//! struct Offset { n: u64 }
+//!
+//! struct Counting { config: Config, }
+//!
+//! impl Connector for Counting {
+//!     fn version() -> String { "1.0.0".into() }
+//!     fn config_def() -> Vec<ConfigKey> { vec![ConfigKey::required("topic", "Destination topic.")] }
+//!     fn start(config: Config) -> Result<Self, Error> { Ok(Counting { config }) }
+//!     fn task_configs(&mut self, max_tasks: u32) -> Result<Vec<Config>, Error> {
+//!         Ok((0..max_tasks).map(|i| self.config.clone().with("task", i)).collect())
+//!     }
+//! }
+//!
+//! struct CountingTask { topic: String, task: u32, next: u64 }
+//!
+//! impl Task for CountingTask {
+//!     fn start(config: Config) -> Result<Self, Error> {
+//!         let task = config.parse("task", 0)?;
+//!         // Resume after the committed offset, if any.
+//!         let next = offsets::get::<_, Offset>(&Partition { task }).map_or(0, |o| o.n + 1);
+//!         Ok(CountingTask { topic: config.required("topic")?.to_string(), task, next })
+//!     }
+//!     fn poll(&mut self) -> Result<Vec<Record>, Error> {
+//!         let record = Record::new(&self.topic, &Partition { task: self.task }, &Offset { n: self.next })
+//!             .with_value(self.next.to_string());
+//!         self.next += 1;
+//!         Ok(vec![record])
+//!     }
+//! }
+//!
+//! sluice_connector::export_connector!(Counting, CountingTask);
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::str::FromStr;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "source-connector",
+        pub_export_macro: true,
+        export_macro_name: "export_bindings",
+        default_bindings_module: "sluice_connector::bindings",
+    });
+}
+
+pub use bindings::sluice::connector::types::{
+    ConfigKey, ConfigProblem, ConfigType, ConnectorError as Error, Header, Importance,
+};
+
+/// One record a task returns from `poll`.
+pub type Record = bindings::sluice::connector::types::SourceRecord;
+
+/// A connector or task config: string keys and values, as in Kafka Connect.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config(pub BTreeMap<String, String>);
+
+impl Config {
+    #[doc(hidden)]
+    pub fn from_pairs(pairs: Vec<(String, String)>) -> Config {
+        Config(pairs.into_iter().collect())
+    }
+
+    #[doc(hidden)]
+    pub fn into_pairs(self) -> Vec<(String, String)> {
+        self.0.into_iter().collect()
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    /// The value of a key that must be set; the error names the key.
+    pub fn required(&self, key: &str) -> Result<&str, Error> {
+        self.get(key).filter(|v| !v.is_empty()).ok_or_else(|| Error::InvalidConfig(format!("{key}: required")))
+    }
+
+    /// The key parsed as `T`, or `default` when it is not set; the error names the key.
+    pub fn parse<T: FromStr>(&self, key: &str, default: T) -> Result<T, Error>
+    where
+        T::Err: Display,
+    {
+        match self.get(key) {
+            None => Ok(default),
+            Some(text) => text.trim().parse().map_err(|e| Error::InvalidConfig(format!("{key}: '{text}' {e}"))),
+        }
+    }
+
+    /// This config with `key` set (for building task configs).
+    pub fn with(mut self, key: &str, value: impl ToString) -> Config {
+        self.0.insert(key.to_string(), value.to_string());
+        self
+    }
+}
+
+impl ConfigKey {
+    /// A required string key.
+    pub fn required(name: &str, documentation: &str) -> ConfigKey {
+        ConfigKey {
+            name: name.into(),
+            type_: ConfigType::String,
+            default_value: None,
+            importance: Importance::High,
+            documentation: documentation.into(),
+        }
+    }
+
+    /// An optional key with a default.
+    pub fn optional(name: &str, type_: ConfigType, default: &str, documentation: &str) -> ConfigKey {
+        ConfigKey {
+            name: name.into(),
+            type_,
+            default_value: Some(default.into()),
+            importance: Importance::Medium,
+            documentation: documentation.into(),
+        }
+    }
+}
+
+fn json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).expect("partitions and offsets serialize to JSON")
+}
+
+impl Record {
+    /// A record for `topic` at `offset` of `partition` (each serialized as a JSON object
+    /// of primitive values).
+    pub fn new(topic: &str, partition: &impl Serialize, offset: &impl Serialize) -> Record {
+        Record {
+            partition: json(partition),
+            offset: json(offset),
+            topic: Some(topic.to_string()),
+            key: None,
+            value: None,
+            headers: Vec::new(),
+            timestamp: None,
+        }
+    }
+
+    /// Only commits `offset` for `partition`, delivering nothing (KIP-910).
+    pub fn offset_only(partition: &impl Serialize, offset: &impl Serialize) -> Record {
+        Record { topic: None, ..Record::new("", partition, offset) }
+    }
+
+    pub fn with_value(mut self, value: impl Into<Vec<u8>>) -> Record {
+        self.value = Some(value.into());
+        self
+    }
+
+    pub fn with_key(mut self, key: impl Into<Vec<u8>>) -> Record {
+        self.key = Some(key.into());
+        self
+    }
+
+    pub fn with_header(mut self, key: &str, value: impl Into<Vec<u8>>) -> Record {
+        self.headers.push(Header { key: key.into(), value: value.into() });
+        self
+    }
+
+    pub fn with_timestamp(mut self, millis_since_epoch: i64) -> Record {
+        self.timestamp = Some(millis_since_epoch);
+        self
+    }
+}
+
+/// Committed offsets (what a restart resumes from), typed with serde.
+pub mod offsets {
+    use super::*;
+    use crate::bindings::sluice::connector::offset_storage_reader;
+
+    /// The committed offset of one partition.
+    pub fn get<P: Serialize, O: DeserializeOwned>(partition: &P) -> Option<O> {
+        offset_storage_reader::offset(&json(partition)).and_then(|text| serde_json::from_str(&text).ok())
+    }
+
+    /// The committed offsets of many partitions in one call, in the order asked.
+    pub fn get_many<P: Serialize, O: DeserializeOwned>(partitions: &[P]) -> Vec<Option<O>> {
+        let asked: Vec<String> = partitions.iter().map(json).collect();
+        offset_storage_reader::offsets(&asked)
+            .into_iter()
+            .map(|(_, offset)| offset.and_then(|text| serde_json::from_str(&text).ok()))
+            .collect()
+    }
+}
+
+/// Ask the host to call `task_configs` again (only changed tasks are restarted).
+pub fn request_task_reconfiguration() {
+    bindings::sluice::connector::connector_context::request_task_reconfiguration();
+}
+
+/// Fail the caller (connector or task) with `message` once the current call returns.
+pub fn raise_error(message: &str) {
+    bindings::sluice::connector::connector_context::raise_error(message);
+}
+
+/// Leveled logging into the host's log, tagged with tenant, connector and task.
+pub mod log {
+    use crate::bindings::sluice::connector::log::{Level, log};
+
+    pub fn debug(message: &str) {
+        log(Level::Debug, message);
+    }
+    pub fn info(message: &str) {
+        log(Level::Info, message);
+    }
+    pub fn warn(message: &str) {
+        log(Level::Warn, message);
+    }
+    pub fn error(message: &str) {
+        log(Level::Error, message);
+    }
+}
+
+/// The connector instance: decides the tasks and watches them.
+pub trait Connector: Sized + 'static {
+    fn version() -> String;
+    fn config_def() -> Vec<ConfigKey>;
+    /// Checks beyond `config_def` (formats, paths); empty means valid.
+    fn validate(_config: &Config) -> Vec<ConfigProblem> {
+        Vec::new()
+    }
+    fn start(config: Config) -> Result<Self, Error>;
+    /// At most `max_tasks` configs, one per task.
+    fn task_configs(&mut self, max_tasks: u32) -> Result<Vec<Config>, Error>;
+    /// Called every `monitor.interval.ms`: read offsets, list the source, reconfigure.
+    fn tick(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+    fn stop(&mut self) {}
+}
+
+/// A task instance: produces records.
+pub trait Task: Sized + 'static {
+    fn start(config: Config) -> Result<Self, Error>;
+    /// The next records; empty means "nothing now" (the host backs off briefly).
+    fn poll(&mut self) -> Result<Vec<Record>, Error>;
+    /// Called after the offsets of the records returned so far are durable.
+    fn commit(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+    fn stop(&mut self) {}
+}
+
+#[doc(hidden)]
+pub fn not_started() -> Error {
+    Error::Fatal("called before start".into())
+}
+
+/// Exports a [`Connector`] and its [`Task`] as the component's `source-connector` world.
+#[macro_export]
+macro_rules! export_connector {
+    ($connector:ty, $task:ty) => {
+        #[doc(hidden)]
+        pub struct __SluiceComponent;
+
+        ::std::thread_local! {
+            static __SLUICE_CONNECTOR: ::std::cell::RefCell<::std::option::Option<$connector>> =
+                const { ::std::cell::RefCell::new(::std::option::Option::None) };
+            static __SLUICE_TASK: ::std::cell::RefCell<::std::option::Option<$task>> =
+                const { ::std::cell::RefCell::new(::std::option::Option::None) };
+        }
+
+        impl $crate::bindings::exports::sluice::connector::connector::Guest for __SluiceComponent {
+            fn version() -> ::std::string::String {
+                <$connector as $crate::Connector>::version()
+            }
+            fn config_def() -> ::std::vec::Vec<$crate::ConfigKey> {
+                <$connector as $crate::Connector>::config_def()
+            }
+            fn validate(config: ::std::vec::Vec<(::std::string::String, ::std::string::String)>) -> ::std::vec::Vec<$crate::ConfigProblem> {
+                <$connector as $crate::Connector>::validate(&$crate::Config::from_pairs(config))
+            }
+            fn start(config: ::std::vec::Vec<(::std::string::String, ::std::string::String)>) -> ::std::result::Result<(), $crate::Error> {
+                let connector = <$connector as $crate::Connector>::start($crate::Config::from_pairs(config))?;
+                __SLUICE_CONNECTOR.with_borrow_mut(|slot| *slot = ::std::option::Option::Some(connector));
+                ::std::result::Result::Ok(())
+            }
+            fn task_configs(
+                max_tasks: u32,
+            ) -> ::std::result::Result<::std::vec::Vec<::std::vec::Vec<(::std::string::String, ::std::string::String)>>, $crate::Error> {
+                __SLUICE_CONNECTOR.with_borrow_mut(|slot| {
+                    let connector = slot.as_mut().ok_or_else($crate::not_started)?;
+                    let configs = <$connector as $crate::Connector>::task_configs(connector, max_tasks)?;
+                    ::std::result::Result::Ok(configs.into_iter().map($crate::Config::into_pairs).collect())
+                })
+            }
+            fn tick() -> ::std::result::Result<(), $crate::Error> {
+                __SLUICE_CONNECTOR.with_borrow_mut(|slot| {
+                    <$connector as $crate::Connector>::tick(slot.as_mut().ok_or_else($crate::not_started)?)
+                })
+            }
+            fn stop() {
+                if let ::std::option::Option::Some(mut connector) = __SLUICE_CONNECTOR.with_borrow_mut(|slot| slot.take()) {
+                    <$connector as $crate::Connector>::stop(&mut connector);
+                }
+            }
+        }
+
+        impl $crate::bindings::exports::sluice::connector::task::Guest for __SluiceComponent {
+            fn start(config: ::std::vec::Vec<(::std::string::String, ::std::string::String)>) -> ::std::result::Result<(), $crate::Error> {
+                let task = <$task as $crate::Task>::start($crate::Config::from_pairs(config))?;
+                __SLUICE_TASK.with_borrow_mut(|slot| *slot = ::std::option::Option::Some(task));
+                ::std::result::Result::Ok(())
+            }
+            fn poll() -> ::std::result::Result<::std::vec::Vec<$crate::Record>, $crate::Error> {
+                __SLUICE_TASK.with_borrow_mut(|slot| <$task as $crate::Task>::poll(slot.as_mut().ok_or_else($crate::not_started)?))
+            }
+            fn commit() -> ::std::result::Result<(), $crate::Error> {
+                __SLUICE_TASK.with_borrow_mut(|slot| <$task as $crate::Task>::commit(slot.as_mut().ok_or_else($crate::not_started)?))
+            }
+            fn stop() {
+                if let ::std::option::Option::Some(mut task) = __SLUICE_TASK.with_borrow_mut(|slot| slot.take()) {
+                    <$task as $crate::Task>::stop(&mut task);
+                }
+            }
+        }
+
+        $crate::bindings::export_bindings!(__SluiceComponent with_types_in $crate::bindings);
+    };
+}
