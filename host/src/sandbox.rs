@@ -324,11 +324,13 @@ fn begin(store: &mut Store<HostState>, name: &'static str, timeout: Duration) {
 }
 
 fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R, CallError> {
-    let left = store.get_fuel().unwrap_or(0);
-    let state = store.data_mut();
-    if let Some(fuel) = &mut state.fuel {
-        fuel.used += fuel.budget.saturating_sub(left);
+    if store.data().fuel.is_some() {
+        let left = store.get_fuel().unwrap_or(0);
+        if let Some(fuel) = &mut store.data_mut().fuel {
+            fuel.used += fuel.budget.saturating_sub(left);
+        }
     }
+    let state = store.data_mut();
     let call = state.call.take().map_or("call", |c| c.name);
     match result {
         Ok(value) => match state.raised_error.take() {

@@ -58,6 +58,11 @@ impl TestHost {
         TestHost { herder, ..self }
     }
 
+    /// The scratch folder itself, for `sandbox.fs.read` / `sandbox.fs.write`.
+    pub fn scratch_dir(&self) -> String {
+        self.scratch.path().to_string_lossy().into_owned()
+    }
+
     pub fn scratch(&self, name: &str) -> String {
         self.scratch.path().join(name).to_string_lossy().into_owned()
     }

@@ -12,7 +12,7 @@ async fn raise_error_from_the_connector_fails_only_that_connector() {
     let host = TestHost::new(&["testkit", "counter"]).await;
     start_neighbour(&host).await;
     let control = host.scratch("control.json");
-    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    let scratch = host.scratch_dir();
     write_json(&control, json!({"tasks": [{"task.id": "0"}], "raise_error": "source is gone"}));
     let config =
         [("topic", "t"), ("monitor.interval.ms", "50"), ("control.file", &control), ("sandbox.fs.read", &scratch)];
@@ -27,7 +27,7 @@ async fn trap_in_poll_fails_only_that_task() {
     let host = TestHost::new(&["testkit", "counter"]).await;
     start_neighbour(&host).await;
     let control = host.scratch("control.json");
-    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    let scratch = host.scratch_dir();
     write_json(&control, json!({"tasks": [{"task.id": "ok"}, {"task.id": "bad", "poll.trap.at": "5"}]}));
     let config = [("topic", "t"), ("tasks.max", "2"), ("control.file", &control), ("sandbox.fs.read", &scratch)];
     host.start(connector("trapper", "testkit", &config)).await;
@@ -59,7 +59,7 @@ async fn deadline_overrun_fails_the_task_with_the_reason() {
 async fn failed_task_restarts_with_backoff_and_loses_nothing() {
     let host = TestHost::new(&["testkit"]).await;
     let marker = host.scratch("trapped");
-    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    let scratch = host.scratch_dir();
     let config = [
         ("topic", "t"),
         ("record.count", "40"),
@@ -83,7 +83,7 @@ async fn failed_task_restarts_with_backoff_and_loses_nothing() {
 async fn failed_connector_restarts_with_backoff() {
     let host = TestHost::new(&["testkit"]).await;
     let control = host.scratch("control.json");
-    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    let scratch = host.scratch_dir();
     write_json(&control, json!({"tasks": [{"task.id": "0"}], "raise_error": "flaky"}));
     let config = [
         ("topic", "t"),

@@ -11,7 +11,7 @@ use crate::common::*;
 async fn connector_tick_reads_offsets_its_tasks_committed() {
     let host = TestHost::new(&["testkit"]).await;
     let observe = host.scratch("observed.json");
-    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    let scratch = host.scratch_dir();
     host.start(connector(
         "watcher",
         "testkit",
@@ -41,7 +41,7 @@ async fn connector_tick_reads_offsets_its_tasks_committed() {
 async fn connector_requests_reconfiguration_from_tick() {
     let host = TestHost::new(&["testkit"]).await;
     let control = host.scratch("control.json");
-    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    let scratch = host.scratch_dir();
     write_json(&control, json!({"tasks": [{"task.id": "a", "record.count": "5"}]}));
     let config = [
         ("topic", "t"),
@@ -66,7 +66,7 @@ async fn connector_requests_reconfiguration_from_tick() {
 async fn task_request_is_forwarded_to_the_connector() {
     let host = TestHost::new(&["testkit"]).await;
     let observe = host.scratch("observed.json");
-    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    let scratch = host.scratch_dir();
     let config = [
         ("topic", "t"),
         ("monitor.interval.ms", "50"),

@@ -30,7 +30,7 @@ async fn only_changed_tasks_restart() {
     let host = TestHost::new(&["testkit"]).await;
     let control = host.scratch("control.json");
     let observe = host.scratch("observed.json");
-    let scratch = host.scratch.path().to_str().unwrap().to_string();
+    let scratch = host.scratch_dir();
     let tasks = |list: Value| json!({ "tasks": list });
     write_json(&control, tasks(json!([{"task.id": "a"}, {"task.id": "b"}, {"task.id": "c"}])));
     let config = [

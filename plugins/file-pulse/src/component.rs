@@ -8,6 +8,7 @@
 //! round-robin, a bounded slice per poll, so a new small file never waits for a large one.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
 use crate::assign::Assignment;
 use crate::offset::{FileKey, FileOffset};
@@ -392,9 +393,9 @@ struct TaskFile {
     draining: bool,
 }
 
-#[derive(Default)]
 struct TaskState {
-    settings: Option<Settings>,
+    /// Shared, so a poll can hold it while reading files (`&mut self`) without a copy.
+    settings: Rc<Settings>,
     files: Vec<TaskFile>,
     cursor: usize,
     /// Test-only: with generation 0, stop emitting a file's lines after this many.
@@ -437,7 +438,7 @@ impl TaskFile {
 impl TaskState {
     /// Reads from one file until the poll's budget is spent or nothing more is there.
     fn read_file(&mut self, index: usize, records: &mut Vec<Record>, bytes: &mut usize) {
-        let settings = self.settings.clone().expect("started");
+        let settings = Rc::clone(&self.settings);
         let stall_after = self.stall_after_lines;
         let file = &mut self.files[index];
         let mut last_of_this_poll = None;
@@ -552,29 +553,26 @@ impl Task for TaskState {
             .filter(|_| generation == 0 && stalls_here);
         let open = files.iter().filter(|f| !f.finished).count();
         log::info(&format!("streaming {open} of {} assigned file(s), generation {generation}", files.len()));
-        Ok(TaskState { settings: Some(settings), files, cursor: 0, stall_after_lines })
+        Ok(TaskState { settings: Rc::new(settings), files, cursor: 0, stall_after_lines })
     }
 
     fn poll(&mut self) -> Result<Vec<Record>, Error> {
-        let state = self;
-        {
-            let mut records = Vec::new();
-            let mut bytes = 0;
-            let count = state.files.len();
-            let settings = state.settings.clone().expect("started");
-            for step in 0..count {
-                if records.len() >= settings.poll_max_records || bytes >= settings.poll_max_bytes {
-                    break;
-                }
-                let index = (state.cursor + step) % count;
-                if !state.files[index].finished {
-                    state.read_file(index, &mut records, &mut bytes);
-                }
+        let mut records = Vec::new();
+        let mut bytes = 0;
+        let count = self.files.len();
+        let settings = Rc::clone(&self.settings);
+        for step in 0..count {
+            if records.len() >= settings.poll_max_records || bytes >= settings.poll_max_bytes {
+                break;
             }
-            // The next poll starts with the next file: every file gets its turn.
-            state.cursor = if count == 0 { 0 } else { (state.cursor + 1) % count };
-            Ok(records)
+            let index = (self.cursor + step) % count;
+            if !self.files[index].finished {
+                self.read_file(index, &mut records, &mut bytes);
+            }
         }
+        // The next poll starts with the next file: every file gets its turn.
+        self.cursor = if count == 0 { 0 } else { (self.cursor + 1) % count };
+        Ok(records)
     }
 }
 
