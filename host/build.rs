@@ -3,6 +3,10 @@
 //!
 //! The nested cargo uses its own target directory (`target/wasm`), as wasmtime's
 //! test-programs do, so it never waits on the lock held by the outer build.
+//!
+//! The Python plugin is built with componentize-py and the JavaScript plugin with
+//! componentize-js (from the plugin's own npm lock file). A missing toolchain fails the
+//! build with the command that installs it: the tests need every language's plugin.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -68,6 +72,113 @@ fn main() {
         let dest = dest_dir.join(format!("{}.wasm", krate.replace('_', "-")));
         copy_if_changed(&built, &dest);
     }
+
+    let plugins_dir = target_dir.join("plugins");
+    build_python_plugin(&root, "sensor-fleet", &wasm_target_dir.join("python"), &plugins_dir);
+    build_javascript_plugin(&root, "ndjson-replay", &wasm_target_dir.join("javascript"), &plugins_dir);
+}
+
+/// The componentize-py release the Python plugins are tested with (`.ci/run` installs it).
+const COMPONENTIZE_PY: &str = "0.25.1";
+
+/// `plugins/<name>/app.py` (and the other `.py` files beside it) to `<name>.wasm`.
+fn build_python_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir: &Path) {
+    let source = root.join("plugins").join(name);
+    let tool = std::env::var("COMPONENTIZE_PY").unwrap_or_else(|_| "componentize-py".into());
+    println!("cargo:rerun-if-env-changed=COMPONENTIZE_PY");
+    let version = Command::new(&tool).arg("--version").output().ok().filter(|o| o.status.success());
+    let Some(version) = version else {
+        panic!(
+            "the Python plugin {name} needs componentize-py, which was not found. Install it with:\n\n    \
+             pip install componentize-py=={COMPONENTIZE_PY}\n\n(or set COMPONENTIZE_PY to its path)"
+        );
+    };
+    let inputs = [files_with_ext(&source, "py"), files_with_ext(&root.join("wit"), "wit")].concat();
+    let out = work_dir.join(format!("{name}.wasm"));
+    build_if_changed(&inputs, &version.stdout, &out, || {
+        let mut command = Command::new(&tool);
+        command
+            .arg("-d")
+            .arg(root.join("wit"))
+            .args(["-w", "source-connector", "componentize", "-p"])
+            .arg(&source)
+            .arg("app")
+            .arg("-o")
+            .arg(&out);
+        command
+    });
+    copy_if_changed(&out, &plugins_dir.join(format!("{name}.wasm")));
+}
+
+/// `plugins/<name>` (an npm project with `build.mjs`) to `<name>.wasm`.
+fn build_javascript_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir: &Path) {
+    let source = root.join("plugins").join(name);
+    let node = Command::new("node").arg("--version").output().ok().filter(|o| o.status.success());
+    let Some(node) = node else {
+        panic!(
+            "the JavaScript plugin {name} needs Node.js 20 or later with npm, which was not found. \
+             Install it (Debian: apt-get install nodejs npm)"
+        );
+    };
+    if !source.join("node_modules/.bin/componentize-js").exists() {
+        // The lock file pins componentize-js; installing it is the documented first step.
+        println!("cargo:warning=installing componentize-js for {name}: npm ci --prefix plugins/{name}");
+        let installed = Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(&source).status();
+        if !installed.is_ok_and(|s| s.success()) {
+            panic!(
+                "the JavaScript plugin {name} needs componentize-js, and `npm ci` failed (see above). \
+                 Install it with:\n\n    npm ci --prefix plugins/{name}\n"
+            );
+        }
+    }
+    let lock = source.join("package-lock.json");
+    let inputs = [
+        files_with_ext(&source.join("src"), "js"),
+        files_with_ext(&source.join("data"), "ndjson"),
+        files_with_ext(&root.join("wit"), "wit"),
+        vec![source.join("build.mjs"), lock],
+    ]
+    .concat();
+    let out = work_dir.join(format!("{name}.wasm"));
+    build_if_changed(&inputs, &node.stdout, &out, || {
+        let mut command = Command::new("node");
+        command.arg(source.join("build.mjs")).arg(&out);
+        command
+    });
+    copy_if_changed(&out, &plugins_dir.join(format!("{name}.wasm")));
+}
+
+fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.extension().is_some_and(|e| e == ext))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Runs `command` unless `out` was built from these very inputs (and tool version) before:
+/// componentizing takes seconds, and the build script reruns on any change under `plugins/`.
+fn build_if_changed(inputs: &[PathBuf], tool_version: &[u8], out: &Path, command: impl FnOnce() -> Command) {
+    let mut fingerprint = std::collections::hash_map::DefaultHasher::new();
+    for input in inputs {
+        let content = std::fs::read(input).unwrap_or_else(|e| panic!("{}: {e}", input.display()));
+        std::hash::Hash::hash(&(input, content), &mut fingerprint);
+    }
+    std::hash::Hash::hash(tool_version, &mut fingerprint);
+    let fingerprint = format!("{:016x}", std::hash::Hasher::finish(&fingerprint));
+    let stamp = out.with_extension("inputs");
+    if out.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&fingerprint) {
+        return;
+    }
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let mut command = command();
+    let status = command.status().unwrap_or_else(|e| panic!("could not run {command:?}: {e}"));
+    if !status.success() {
+        panic!("building {} failed (see above): {command:?}", out.display());
+    }
+    std::fs::write(stamp, fingerprint).unwrap();
 }
 
 /// `rust-toolchain.toml` names the target, but rustup adds it only when it installs the

@@ -243,7 +243,10 @@ fn compile_cached(runtime: &Runtime, bytes: &[u8], cache_dir: &Path) -> Result<(
 fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path.parent().context("cache path has no folder")?;
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+    // Unique per write: two hosts in one process (tests) may cache the same plugin at once.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{}.{write}.tmp", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)?;
     Ok(())

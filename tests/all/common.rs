@@ -38,6 +38,7 @@ impl TestHost {
             std::fs::copy(plugin_file(name), dir.path().join(format!("{name}.wasm"))).unwrap();
         }
         let data = tempfile::tempdir().unwrap();
+        share_compile_cache(data.path());
         let herder = Herder::open(data.path(), dir.path()).await.unwrap();
         TestHost { herder, data, plugins: dir, scratch: tempfile::tempdir().unwrap() }
     }
@@ -93,6 +94,13 @@ impl TestHost {
         records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap()).unwrap()).collect()
     }
 
+    /// Every (key, value) in a local topic, in order, as text.
+    pub fn keyed_values(&self, topic: &str) -> Vec<(String, String)> {
+        let records = self.herder.services().records.read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap();
+        let text = |bytes: Option<Vec<u8>>| String::from_utf8(bytes.unwrap_or_default()).unwrap();
+        records.into_iter().map(|r| (text(r.record.key), text(r.record.value))).collect()
+    }
+
     pub async fn wait_state(&self, connector: &str, state: State) -> ConnectorStatus {
         wait_until(&format!("connector {connector} {state}"), || {
             self.status(connector).filter(|s| s.connector.state == state)
@@ -106,6 +114,16 @@ impl TestHost {
         })
         .await
     }
+}
+
+/// Points the data directory's compile cache at one folder shared by every test: the
+/// Python and JavaScript plugins take seconds to compile, and the cache is keyed by
+/// content and engine, so sharing it is what a restarted host does anyway.
+/// (`registry::compiled_components_are_cached_by_content` tests the cold path.)
+fn share_compile_cache(data: &Path) {
+    let shared = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::os::unix::fs::symlink(&shared, data.join("compiled")).unwrap();
 }
 
 /// A connector config from `key=value` pairs.

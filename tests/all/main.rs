@@ -2,12 +2,15 @@
 //! one test binary with a module per feature, as wasmtime does.
 
 mod common;
+#[path = "../support/languages.rs"]
+mod expected;
 mod failures;
 mod file_pulse;
 #[path = "../support/files.rs"]
 mod files;
 mod hostile;
 mod imports;
+mod languages;
 mod reconfigure;
 mod registry;
 mod tenants;

@@ -1,11 +1,14 @@
 //! End-to-end tests: the `sluice` binary as a child process (crash safety under SIGKILL
-//! for the counter and file-pulse, CLI errors and exit codes, graceful stop).
+//! for the counter, file-pulse and the Python and JavaScript connectors, CLI errors and exit codes, graceful stop).
 
 mod cli;
 mod crash;
+#[path = "../support/languages.rs"]
+mod expected;
 mod file_pulse_crash;
 #[path = "../support/files.rs"]
 mod files;
+mod languages;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

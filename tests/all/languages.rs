@@ -1,0 +1,166 @@
+//! The Python (`sensor-fleet`, componentize-py) and JavaScript (`ndjson-replay`,
+//! componentize-js) connectors in the same host as a Rust one, through the same world:
+//! what they deliver, and the effect of each import they call (the offset readers on
+//! resume and in `tick`, `request-task-reconfiguration` when their work is done,
+//! `raise-error` on an offset they cannot continue from). Logging and SIGKILL recovery
+//! are checked end to end in `tests/e2e/languages.rs`.
+
+use serde_json::{Value, json};
+use sluice::status::State;
+use sluice::store::{DEFAULT_TENANT, Namespace};
+
+use crate::common::*;
+use crate::expected::{assert_fleet_complete, assert_replay_complete};
+
+const PLUGINS: &[&str] = &["counter", "sensor-fleet", "ndjson-replay"];
+
+/// Waits until every partition has committed its last offset and the connector has then
+/// dropped its tasks: its `tick` saw (with the offset reader) that everything is committed
+/// and requested a reconfiguration, after which `task-configs` returned no tasks.
+async fn wait_all_tasks_retired(host: &TestHost, name: &str, last: &[(String, Value)]) {
+    wait_until(&format!("{name} to commit its last offsets"), || {
+        last.iter().all(|(partition, offset)| host.offset(name, partition).as_ref() == Some(offset)).then_some(())
+    })
+    .await;
+    wait_until(&format!("{name} to retire its tasks"), || {
+        let status = host.status(name)?;
+        (status.connector.state == State::Running && status.tasks.is_empty()).then_some(())
+    })
+    .await;
+}
+
+/// The last offsets of a fleet of `fleet` sensors sending `readings` each.
+fn fleet_done(fleet: u64, readings: u64) -> Vec<(String, Value)> {
+    (0..fleet).map(|n| (format!(r#"{{"sensor":"sensor-{n:04}"}}"#), json!({"seq": readings - 1}))).collect()
+}
+
+/// The last offsets of a replay of `files` (with their line counts), `loops` times.
+fn replay_done(files: &[(&str, u64)], loops: u64) -> Vec<(String, Value)> {
+    files
+        .iter()
+        .map(|(f, lines)| (format!(r#"{{"file":"{f}"}}"#), json!({"loop": loops - 1, "line": lines - 1})))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_javascript_and_rust_connectors_run_side_by_side() {
+    let host = TestHost::new(PLUGINS).await;
+    host.start(connector("rust", "counter", &[("topic", "counted"), ("record.count", "500")])).await;
+    host.start(connector(
+        "python",
+        "sensor-fleet",
+        &[
+            ("topic", "readings"),
+            ("tasks.max", "2"),
+            ("fleet.size", "5"),
+            ("readings.per.sensor", "40"),
+            ("seed", "7"),
+            ("monitor.interval.ms", "50"),
+        ],
+    ))
+    .await;
+    host.start(connector(
+        "javascript",
+        "ndjson-replay",
+        &[
+            ("topic", "replayed"),
+            ("tasks.max", "2"),
+            ("replay.rate", "0"),
+            ("replay.loops", "2"),
+            ("monitor.interval.ms", "50"),
+        ],
+    ))
+    .await;
+    // tasks.max splits the fleet and the files: two tasks each while there is work.
+    for name in ["python", "javascript"] {
+        let status = host.status(name).unwrap();
+        assert!(
+            status.tasks.len() == 2 || status.tasks.is_empty(),
+            "{name}: expected 2 tasks (or none once done), got {:?}",
+            status.tasks
+        );
+    }
+    wait_all_tasks_retired(&host, "python", &fleet_done(5, 40)).await;
+    wait_all_tasks_retired(&host, "javascript", &replay_done(&[("clicks.ndjson", 1000), ("orders.ndjson", 400)], 2))
+        .await;
+    wait_until("the counter's 500 records", || (host.seq("rust", r#"{"counter":0}"#)? == 499).then_some(())).await;
+
+    assert_fleet_complete(&host.values("readings"), 5, 40, 7);
+    assert_replay_complete(&host.keyed_values("replayed"), &["clicks.ndjson", "orders.ndjson"], 2);
+    assert_eq!(host.values("counted").len(), 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_and_javascript_tasks_resume_from_committed_offsets() {
+    let host = TestHost::new(PLUGINS).await;
+    let fleet =
+        [("topic", "readings"), ("fleet.size", "3"), ("readings.per.sensor", "150"), ("readings.per.second", "150")];
+    let replay = [("topic", "replayed"), ("replay.files", "orders.ndjson"), ("replay.rate", "150")];
+    host.start(connector("python", "sensor-fleet", &fleet)).await;
+    host.start(connector("javascript", "ndjson-replay", &replay)).await;
+    wait_until("both to be part-way", || {
+        let fleet = host.seq("python", r#"{"sensor":"sensor-0000"}"#)?;
+        let replay = host.offset("javascript", r#"{"file":"orders.ndjson"}"#)?["line"].as_u64()?;
+        (fleet >= 10 && replay >= 30).then_some(())
+    })
+    .await;
+    let host = host.reopen().await;
+    let stopped_at = host.seq("python", r#"{"sensor":"sensor-0000"}"#).unwrap();
+    assert!(stopped_at < 149, "the fleet should have been stopped part-way (at {stopped_at})");
+    host.start(connector("python", "sensor-fleet", &fleet)).await;
+    host.start(connector("javascript", "ndjson-replay", &replay)).await;
+    wait_all_tasks_retired(&host, "python", &fleet_done(3, 150)).await;
+    wait_all_tasks_retired(&host, "javascript", &replay_done(&[("orders.ndjson", 400)], 1)).await;
+    assert_fleet_complete(&host.values("readings"), 3, 150, 1);
+    assert_replay_complete(&host.keyed_values("replayed"), &["orders.ndjson"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_connector_raises_an_error_when_its_limit_drops_below_what_was_sent() {
+    let host = TestHost::new(&["sensor-fleet"]).await;
+    let config = |readings: &'static str| {
+        connector(
+            "fleet",
+            "sensor-fleet",
+            &[("fleet.size", "2"), ("readings.per.sensor", readings), ("monitor.interval.ms", "50")],
+        )
+    };
+    host.start(config("30")).await;
+    wait_all_tasks_retired(&host, "fleet", &fleet_done(2, 30)).await;
+    let host = host.reopen().await;
+    host.start(config("10")).await;
+    let failed = host.wait_state("fleet", State::Failed).await;
+    let trace = failed.connector.trace.unwrap_or_default();
+    assert!(
+        trace.contains("sensor-0000 has 30 readings committed, more than readings.per.sensor=10"),
+        "unexpected trace: {trace}"
+    );
+    assert_eq!(host.values("sensors").len(), 60, "nothing more may be sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_task_raises_an_error_for_an_offset_past_the_end_of_its_file() {
+    let host = TestHost::new(&["ndjson-replay"]).await;
+    // As if the bundled file had been longer when this offset was committed.
+    let stale = (r#"{"file":"orders.ndjson"}"#.to_string(), r#"{"line":5000,"loop":0}"#.to_string());
+    host.herder.services().offsets.commit_offsets(&Namespace::new(DEFAULT_TENANT, "replay"), &[stale]).unwrap();
+    host.start(connector("replay", "ndjson-replay", &[("replay.files", "orders.ndjson,clicks.ndjson")])).await;
+    let failed = host.wait_task("replay", 0, State::Failed).await;
+    let trace = failed.trace.unwrap_or_default();
+    assert!(
+        trace.contains(r#"committed offset {"line":5000,"loop":0} of orders.ndjson is past its last line (400 lines)"#),
+        "unexpected trace: {trace}"
+    );
+    assert!(host.values("replay").is_empty(), "a failed start must send nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_and_javascript_configs_are_checked_by_key() {
+    let host = TestHost::new(&["sensor-fleet", "ndjson-replay"]).await;
+    let error = host.herder.start(connector("f", "sensor-fleet", &[("fleet.size", "0")])).await.unwrap_err();
+    assert_eq!((error.key.as_deref(), error.reason.as_str()), (Some("fleet.size"), "must be at least 1"));
+    let error =
+        host.herder.start(connector("r", "ndjson-replay", &[("replay.files", "nope.ndjson")])).await.unwrap_err();
+    assert_eq!(error.key.as_deref(), Some("replay.files"));
+    assert!(error.reason.contains("no bundled file 'nope.ndjson'"), "{}", error.reason);
+}
