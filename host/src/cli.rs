@@ -1,5 +1,5 @@
 //! The `sluice` command line: `run` (standalone, like `connect-standalone`), `plugins`,
-//! `offsets`, `topics` and `bench`. Errors in connector files or configs print one line
+//! `offsets`, `topics`, `new` and `bench`. Errors in connector files or configs print one line
 //! naming the file, the key and the reason, and exit with code 2.
 
 use std::io::IsTerminal;
@@ -116,6 +116,11 @@ enum Command {
         #[arg(long, default_value = "sluice-demo")]
         dir: PathBuf,
     },
+    /// Create a starter connector project: `sluice new connector NAME --lang rust|python|js`.
+    New {
+        #[command(subcommand)]
+        what: NewCommand,
+    },
     /// List or read the topics of the local destination.
     Topics {
         #[command(subcommand)]
@@ -125,6 +130,21 @@ enum Command {
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum NewCommand {
+    /// A buildable starter connector from a template, with the WIT world, a connector
+    /// file and a README that says how to build and run it.
+    Connector {
+        /// The plugin name (lowercase letters, digits and '-'); the build makes `NAME.wasm`.
+        name: String,
+        #[arg(long, value_enum)]
+        lang: crate::scaffold::Lang,
+        /// Where to create the project [default: ./NAME].
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -270,6 +290,18 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             );
             eprintln!("then: sluice topics read lines | head   (records)   sluice offsets file-pulse-demo   (offsets)");
             run(&data.data_dir, &plugins.plugin_path, crate::tenants::Tenants::default(), &[file]).await
+        }
+        Command::New { what: NewCommand::Connector { name, lang, dir } } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            for file in crate::scaffold::new_connector(&name, lang, &dir)? {
+                println!("created {}", file.display());
+            }
+            println!("\nnext, in {}:", dir.display());
+            for step in crate::scaffold::build_steps(lang, &name) {
+                println!("  {step}");
+            }
+            println!("  sluice run --plugin-path . connector.json");
+            Ok(ExitCode::SUCCESS)
         }
         Command::Topics { command: TopicsCommand::List { data, tenant } } => {
             let db = Embedded::open_existing(&data.data_dir)?;

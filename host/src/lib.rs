@@ -19,6 +19,7 @@
 //! | [`task_runner`] | one task's poll, deliver and commit loop |
 //! | [`bench`] | `sluice bench`: component vs native throughput |
 //! | [`demo`] | `sluice demo`: the quick start's sample inbox and file-pulse config |
+//! | [`scaffold`] | `sluice new connector`: starter projects in Rust, Python and JavaScript |
 //! | [`cli`] | the `sluice` command line |
 
 pub mod bench;
@@ -33,6 +34,7 @@ pub mod plugin_log;
 pub mod records;
 pub mod registry;
 pub mod sandbox;
+pub mod scaffold;
 pub mod status;
 pub mod store;
 pub mod task_runner;

@@ -1,5 +1,6 @@
 //! End-to-end tests: the `sluice` binary as a child process (crash safety under SIGKILL
-//! for the counter, file-pulse and the Python and JavaScript connectors, CLI errors and exit codes, graceful stop).
+//! for the counter, file-pulse and the Python and JavaScript connectors, CLI errors and exit codes, graceful stop, and the
+//! `sluice new connector` templates built and run).
 
 mod cli;
 mod crash;
@@ -9,6 +10,7 @@ mod file_pulse_crash;
 #[path = "../support/files.rs"]
 mod files;
 mod languages;
+mod scaffold;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,142 @@
+//! `sluice new connector NAME --lang rust|python|js`: writes a starter connector from the
+//! templates in `host/templates/` (embedded in the binary), with the WIT world, a connector
+//! file and a README whose steps build it and run it.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+/// The languages a starter connector can be written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
+    Js,
+}
+
+const WIT: &str = include_str!("../../wit/connector.wit");
+
+/// (path in the new project, template text)
+fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
+    match lang {
+        Lang::Rust => &[
+            ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
+            ("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
+        ],
+        Lang::Python => &[("app.py", include_str!("../templates/python/app.py")), ("wit/connector.wit", WIT)],
+        Lang::Js => &[
+            ("connector.js", include_str!("../templates/js/connector.js")),
+            ("package.json", include_str!("../templates/js/package.json")),
+            ("wit/connector.wit", WIT),
+        ],
+    }
+}
+
+/// The commands that build the project into `<name>.wasm` in its folder, in order.
+pub fn build_steps(lang: Lang, name: &str) -> Vec<String> {
+    match lang {
+        Lang::Rust => vec![
+            "cargo build --release --target wasm32-wasip2".into(),
+            format!("cp target/wasm32-wasip2/release/{}.wasm {name}.wasm", name.replace('-', "_")),
+        ],
+        Lang::Python => vec![format!("componentize-py -d wit -w source-connector componentize app -o {name}.wasm")],
+        Lang::Js => vec!["npm install".into(), "npm run build".into()],
+    }
+}
+
+/// The folder of the Rust SDK in the checkout this binary was built from.
+fn sdk_path() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk");
+    std::fs::canonicalize(&path).unwrap_or(path)
+}
+
+/// A plugin's name is its file name: lowercase letters, digits and `-`.
+pub fn check_name(name: &str) -> anyhow::Result<()> {
+    let mut chars = name.chars();
+    let starts_with_letter = chars.next().is_some_and(|c| c.is_ascii_lowercase());
+    if !starts_with_letter
+        || name.len() > 64
+        || !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        bail!(
+            "connector name '{name}': use 1 to 64 lowercase letters, digits and '-', starting with a letter \
+             (it becomes the plugin's file name, {name}.wasm)"
+        );
+    }
+    Ok(())
+}
+
+/// Writes the starter project into `dir` (which must not exist or be empty) and returns
+/// the files written.
+pub fn new_connector(name: &str, lang: Lang, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    check_name(name)?;
+    if dir.exists() && std::fs::read_dir(dir).with_context(|| dir.display().to_string())?.next().is_some() {
+        bail!("{}: the folder exists and is not empty", dir.display());
+    }
+    let sdk = sdk_path();
+    let fill =
+        |text: &str| text.replace("{{name}}", name).replace("{{sdk_path}}", &sdk.to_string_lossy().replace('\\', "/"));
+    let connector_file = serde_json::to_string_pretty(&serde_json::json!({
+        "name": name,
+        "config": {"connector.class": name, "tasks.max": "1", "record.count": "10"},
+    }))?;
+    let mut files: Vec<(String, String)> =
+        templates(lang).iter().map(|(path, text)| (path.to_string(), fill(text))).collect();
+    files.push(("connector.json".into(), connector_file + "\n"));
+    files.push(("README.md".into(), readme(name, lang)));
+    if lang == Lang::Rust && !sdk.exists() {
+        tracing::warn!("the Sluice SDK is not at {}: edit sluice-connector's path in Cargo.toml", sdk.display());
+    }
+    let mut written = Vec::new();
+    for (path, text) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).with_context(|| path.display().to_string())?;
+        std::fs::write(&path, text).with_context(|| path.display().to_string())?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn readme(name: &str, lang: Lang) -> String {
+    let (language, needs) = match lang {
+        Lang::Rust => ("Rust", "`rustup target add wasm32-wasip2`"),
+        Lang::Python => ("Python", "`pip install componentize-py==0.25.1`"),
+        Lang::Js => ("JavaScript", "Node.js 20 or later (npm installs componentize-js)"),
+    };
+    let build = build_steps(lang, name).iter().map(|s| format!("{s}\n")).collect::<String>();
+    format!(
+        "# {name}\n\nA Sluice source connector in {language}, made by `sluice new connector`. Each task sends \
+         `record.count` numbered messages to `topic` and resumes after its committed offset when restarted.\n\n\
+         ## Build\n\nNeeds {needs}.\n\n```sh\n{build}```\n\n\
+         ## Run\n\n`sluice` loads every `<name>.wasm` in its plugin folder; this folder will do:\n\n\
+         ```sh\nsluice run --plugin-path . connector.json    # Ctrl-C to stop\nsluice topics read {name}\n```\n\n\
+         See Sluice's `docs/writing-connectors.md` for the world's imports and exports.\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_file_names() {
+        assert!(check_name("hello-world2").is_ok());
+        for bad in ["", "Hello", "1st", "a_b", "a/b", "a.b"] {
+            assert!(check_name(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn templates_are_filled_and_refuse_a_used_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("p");
+        let files = new_connector("my-source", Lang::Rust, &project).unwrap();
+        assert!(files.iter().any(|f| f.ends_with("src/lib.rs")));
+        let cargo = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
+        assert!(cargo.contains(r#"name = "my-source""#) && !cargo.contains("{{"), "{cargo}");
+        let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+        assert!(readme.contains("cp target/wasm32-wasip2/release/my_source.wasm my-source.wasm"), "{readme}");
+        let error = new_connector("my-source", Lang::Python, &project).unwrap_err().to_string();
+        assert!(error.contains("exists and is not empty"), "{error}");
+    }
+}
