@@ -126,7 +126,8 @@ enum Command {
         #[command(subcommand)]
         command: TopicsCommand,
     },
-    /// Benchmarks: `poll` (component vs native) and `files` (file-pulse vs a native loop).
+    /// Benchmarks: `poll` (component vs native), `languages` (Rust, Python, JavaScript),
+    /// `fairness` and `files` (file-pulse vs a native loop).
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
@@ -181,6 +182,18 @@ enum BenchCommand {
         /// The counter's rate limit in records/s; 0 is as fast as it can.
         #[arg(long, default_value_t = 0)]
         rate: u64,
+    },
+    /// Per language (Rust, Python, JavaScript connectors): component size, cold compile,
+    /// cached load, instantiation time and records/s through poll with ~1 KiB records.
+    Languages {
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// Seconds of polling per connector.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Instantiations timed per connector (the median is shown).
+        #[arg(long, default_value_t = 20)]
+        instantiations: usize,
     },
     /// MB/s streaming one file of 100-byte lines with file-pulse, to the local destination
     /// and to stdout, beside a native loop reading the same file.
@@ -338,6 +351,11 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             println!("{:<28} {:>12.0}", "alone", alone);
             println!("{:<28} {:>12.0}", format!("beside {busy} busy plugins"), beside);
             println!("ratio beside/alone: {:.2}", beside / alone);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench { which: BenchCommand::Languages { plugins, seconds, instantiations } } => {
+            let rows = crate::bench::languages(&plugins.plugin_path, seconds, instantiations).await?;
+            crate::bench::print_languages_table(&rows);
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench { which: BenchCommand::Files { plugins, mib } } => {

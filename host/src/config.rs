@@ -188,6 +188,9 @@ pub struct SandboxSettings {
     /// Largest poll batch.
     pub batch_max_bytes: u64,
     pub log_lines_per_second: u32,
+    /// A task whose memory passes this share of the cap (in percent; 0 is never) after
+    /// growing since its start is recycled: committed, stopped and started afresh.
+    pub memory_recycle_percent: u8,
 }
 
 impl Default for SandboxSettings {
@@ -201,6 +204,7 @@ impl Default for SandboxSettings {
             fuel_per_call: None,
             batch_max_bytes: 16 << 20,
             log_lines_per_second: 100,
+            memory_recycle_percent: 75,
         }
     }
 }
@@ -232,6 +236,11 @@ pub const HOST_KEYS: &[(&str, &str, &str)] = &[
     ("sandbox.fs.read", "", "comma-separated host directories the plugin may read (same path inside)"),
     ("sandbox.fs.write", "", "comma-separated host directories the plugin may read and write"),
     ("sandbox.memory.max.bytes", "67108864", "memory cap of each instance"),
+    (
+        "sandbox.memory.recycle.percent",
+        "75",
+        "restart a task in a fresh sandbox, from its committed offsets, once its memory grows past this share of the cap (0: never)",
+    ),
     ("sandbox.call.timeout.ms", "10000 / 5000", "deadline of each call (start, stop, task-configs / poll, tick)"),
     ("sandbox.record.max.bytes", "1048576", "largest record (key + value + headers) a task may return"),
     ("sandbox.batch.max.bytes", "16777216", "largest poll batch"),
@@ -301,6 +310,12 @@ impl ConnectorSettings {
             batch_max_bytes: positive("sandbox.batch.max.bytes", defaults.batch_max_bytes)?,
             log_lines_per_second: u32::try_from(positive("sandbox.log.lines.per.second", 100)?)
                 .map_err(|_| config.error("sandbox.log.lines.per.second", "too large"))?,
+            memory_recycle_percent: match config.get("sandbox.memory.recycle.percent") {
+                None => defaults.memory_recycle_percent,
+                Some(text) => text.trim().parse::<u8>().ok().filter(|p| *p <= 100).ok_or_else(|| {
+                    config.error("sandbox.memory.recycle.percent", "must be a whole number from 0 to 100")
+                })?,
+            },
         };
         Ok(ConnectorSettings {
             tasks_max,

@@ -118,6 +118,7 @@ impl Runtime {
             table: ResourceTable::new(),
             memory_cap: sandbox.memory_max_bytes,
             memory_cap_hit: false,
+            largest_memory: 0,
             call: None,
             deadline_hit: None,
             raised_error: None,
@@ -187,6 +188,8 @@ pub struct HostState {
     table: ResourceTable,
     memory_cap: u64,
     memory_cap_hit: bool,
+    /// Size of the instance's largest linear memory (memories never shrink).
+    largest_memory: u64,
     call: Option<ActiveCall>,
     deadline_hit: Option<String>,
     raised_error: Option<String>,
@@ -216,6 +219,7 @@ impl ResourceLimiter for HostState {
             self.memory_cap_hit = true;
             return Err(wasmtime::Error::msg(memory_cap_message(self.memory_cap)));
         }
+        self.largest_memory = self.largest_memory.max(desired as u64);
         Ok(true)
     }
 
@@ -374,6 +378,11 @@ pub struct PluginInstance {
 }
 
 impl PluginInstance {
+    /// Size of the instance's largest linear memory, which `sandbox.memory.max.bytes` caps.
+    pub fn largest_memory(&self) -> u64 {
+        self.store.data().largest_memory
+    }
+
     /// Fuel used by every call so far, when the engine meters fuel.
     pub fn fuel_used(&self) -> Option<u64> {
         self.store.data().fuel.as_ref().map(|f| f.used)

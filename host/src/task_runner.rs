@@ -2,7 +2,8 @@
 //! (which commits the offsets the batch advances once its records are durable), and call
 //! the task's `commit()` every `offset.flush.interval.ms` and on stop. A failed task is
 //! marked FAILED with its reason and, under `restart.policy=on-failure`, restarted in a
-//! new sandbox after an exponential backoff.
+//! new sandbox after an exponential backoff. A task whose memory keeps growing is recycled
+//! (committed, stopped and started in a fresh sandbox) before it reaches its cap.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +36,12 @@ pub struct TaskSpec {
 
 enum Outcome {
     Stopped,
-    Failed { trace: String, instance: u64 },
+    /// Memory grew past `sandbox.memory.recycle.percent`: start a fresh instance.
+    Recycled,
+    Failed {
+        trace: String,
+        instance: u64,
+    },
 }
 
 /// How often a task's used fuel is written to its status.
@@ -51,6 +57,7 @@ pub async fn run_task(spec: TaskSpec, mut stop: watch::Receiver<bool>) {
     loop {
         match run_instance(&spec, &mut stop, attempt > 0).await {
             Outcome::Stopped => return,
+            Outcome::Recycled => {}
             Outcome::Failed { trace, instance } => {
                 board.set_task(&spec.namespace, spec.task, State::Failed, Some(trace), instance);
                 let restart = spec.settings.restart;
@@ -98,6 +105,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
         Ok(Ok(())) => {}
     }
     board.set_task(&spec.namespace, spec.task, State::Running, None, id);
+    let recycle_at = recycle_threshold(&spec.settings.sandbox, instance.largest_memory(), connector, spec.task);
 
     let mut idle = Duration::ZERO;
     let mut last_commit = Instant::now();
@@ -165,6 +173,20 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
             last_fuel_report = Instant::now();
             board.set_task_fuel(&spec.namespace, spec.task, fuel);
         }
+        if recycle_at.is_some_and(|limit| instance.largest_memory() >= limit) {
+            // Everything delivered is committed; a fresh sandbox resumes from there.
+            tracing::info!(
+                connector = %connector,
+                task = spec.task,
+                "recycling the task's sandbox: its memory grew to {} of its {} cap (sandbox.memory.recycle.percent)",
+                human_bytes(instance.largest_memory()),
+                human_bytes(spec.settings.sandbox.memory_max_bytes)
+            );
+            return match stop_instance(&mut instance, spec, id).await {
+                Outcome::Stopped => Outcome::Recycled,
+                failed => failed,
+            };
+        }
         if last_commit.elapsed() >= spec.settings.offset_flush_interval {
             last_commit = Instant::now();
             if let Some(outcome) = commit(&mut instance, spec, id).await {
@@ -172,14 +194,40 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
             }
         }
     }
-    // Offsets of everything delivered are already durable: tell the task, then stop it.
-    if let Some(outcome) = commit(&mut instance, spec, id).await {
+    stop_instance(&mut instance, spec, id).await
+}
+
+/// Offsets of everything delivered are already durable: tell the task, then stop it.
+async fn stop_instance(instance: &mut crate::sandbox::PluginInstance, spec: &TaskSpec, id: u64) -> Outcome {
+    if let Some(outcome) = commit(instance, spec, id).await {
         return outcome;
     }
     if let Err(e) = instance.task_stop().await {
-        tracing::warn!(connector = %connector, task = spec.task, "stop failed: {e}");
+        tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "stop failed: {e}");
     }
     Outcome::Stopped
+}
+
+/// The memory size at which a task is recycled, or `None`. Some guest toolchains never
+/// give back what lowering a poll batch allocated (componentize-py's `bytes`, for one),
+/// so their memory only grows; recycling turns a sure memory-cap failure into a clean
+/// restart from committed offsets. A task that starts above the threshold is left alone,
+/// or it would be recycled on every poll.
+fn recycle_threshold(sandbox: &SandboxSettings, at_start: u64, connector: &str, task: u32) -> Option<u64> {
+    if sandbox.memory_recycle_percent == 0 {
+        return None;
+    }
+    let threshold = sandbox.memory_max_bytes / 100 * u64::from(sandbox.memory_recycle_percent);
+    if at_start >= threshold {
+        tracing::warn!(
+            connector,
+            task,
+            "the task started with {} of memory, past sandbox.memory.recycle.percent of its cap: it will not be recycled",
+            human_bytes(at_start)
+        );
+        return None;
+    }
+    Some(threshold)
 }
 
 /// `sandbox.record.max.bytes` and `sandbox.batch.max.bytes`, in plain words.
