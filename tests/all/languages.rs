@@ -208,3 +208,19 @@ async fn a_python_task_whose_memory_keeps_growing_is_recycled_before_its_cap() {
         failed.trace
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_example_config_is_valid_for_its_plugin() {
+    let host = TestHost::new(PLUGINS).await;
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        let config = sluice::config::ConnectorConfig::from_file(&path).unwrap();
+        if let Err(e) = host.herder.validate(&config).await {
+            panic!("{}: {e}", path.display());
+        }
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} example configs found");
+}
