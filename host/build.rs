@@ -120,8 +120,15 @@ fn build_javascript_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir
              Install it (Debian: apt-get install nodejs npm)"
         );
     };
-    if !source.join("node_modules/.bin/componentize-js").exists() {
-        // The lock file pins componentize-js; installing it is the documented first step.
+    // `npm ci` whenever node_modules was not installed from this very lock file.
+    let lock_text = std::fs::read(source.join("package-lock.json")).expect("package-lock.json");
+    let lock_hash = format!("{:016x}", {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&lock_text, &mut hasher);
+        std::hash::Hasher::finish(&hasher)
+    });
+    let installed_from = source.join("node_modules/.installed-from-lock");
+    if std::fs::read_to_string(&installed_from).ok().as_deref() != Some(&lock_hash) {
         println!("cargo:warning=installing componentize-js for {name}: npm ci --prefix plugins/{name}");
         let installed = Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(&source).status();
         if !installed.is_ok_and(|s| s.success()) {
@@ -130,6 +137,7 @@ fn build_javascript_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir
                  Install it with:\n\n    npm ci --prefix plugins/{name}\n"
             );
         }
+        std::fs::write(&installed_from, &lock_hash).unwrap();
     }
     let lock = source.join("package-lock.json");
     let inputs = [

@@ -93,15 +93,17 @@ fn python_template_builds_and_runs() {
 #[test]
 fn javascript_template_builds_and_runs() {
     build_and_run("js", |project| {
-        // The template pins the componentize-js that ndjson-replay's lock file installed;
+        // The template pins the packages that ndjson-replay's lock file installed;
         // use that install rather than fetching it again, so `npm install` is skipped.
         let template: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(project.join("package.json")).unwrap()).unwrap();
         let ours: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(repo().join("plugins/ndjson-replay/package.json")).unwrap())
                 .unwrap();
-        let pin = "/devDependencies/@bytecodealliance~1componentize-js";
-        assert_eq!(template.pointer(pin), ours.pointer(pin), "the template and ndjson-replay pin different versions");
+        assert_eq!(
+            template["devDependencies"], ours["devDependencies"],
+            "the template and ndjson-replay pin different versions"
+        );
         std::os::unix::fs::symlink(repo().join("plugins/ndjson-replay/node_modules"), project.join("node_modules"))
             .unwrap();
         vec!["npm install"]
