@@ -42,5 +42,8 @@ pub mod tenants;
 
 /// Where `cargo build` put the repository's example plugins (the default `plugin.path`).
 pub const BUILT_PLUGINS: &str = env!("SLUICE_BUILT_PLUGINS");
+/// Why a shipped plugin in another language was not built (its toolchain is missing, with
+/// the install command), `" | "`-separated; empty when every plugin was built.
+pub const PLUGIN_BUILD_PROBLEMS: &str = env!("SLUICE_PLUGIN_BUILD_PROBLEMS");
 /// Where `cargo build` put the test fixture plugins.
 pub const TEST_PLUGINS: &str = env!("SLUICE_TEST_PLUGINS");

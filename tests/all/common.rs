@@ -15,7 +15,9 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 
 pub fn plugin_file(name: &str) -> PathBuf {
     let built = Path::new(sluice::BUILT_PLUGINS).join(format!("{name}.wasm"));
-    if built.exists() { built } else { Path::new(sluice::TEST_PLUGINS).join(format!("{name}.wasm")) }
+    let file = if built.exists() { built } else { Path::new(sluice::TEST_PLUGINS).join(format!("{name}.wasm")) };
+    assert!(file.exists(), "plugin {name} was not built: {}", sluice::PLUGIN_BUILD_PROBLEMS);
+    file
 }
 
 pub struct TestHost {

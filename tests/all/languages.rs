@@ -14,6 +14,12 @@ use crate::expected::{assert_fleet_complete, assert_replay_complete};
 
 const PLUGINS: &[&str] = &["counter", "sensor-fleet", "ndjson-replay"];
 
+#[test]
+fn every_language_plugin_was_built() {
+    // The build leaves a plugin out when its toolchain is missing; the tests must not.
+    assert!(sluice::PLUGIN_BUILD_PROBLEMS.is_empty(), "{}", sluice::PLUGIN_BUILD_PROBLEMS);
+}
+
 /// Waits until every partition has committed its last offset and the connector has then
 /// dropped its tasks: its `tick` saw (with the offset reader) that everything is committed
 /// and requested a reconfiguration, after which `task-configs` returned no tasks.

@@ -42,6 +42,7 @@ fn run_through_kills(
     total: usize,
     done: impl Fn(&BTreeMap<String, String>) -> bool,
 ) -> (Vec<(String, String, String, String)>, String) {
+    assert!(sluice::PLUGIN_BUILD_PROBLEMS.is_empty(), "{}", sluice::PLUGIN_BUILD_PROBLEMS);
     let mut rng = crash_rng();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
