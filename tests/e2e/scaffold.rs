@@ -109,3 +109,21 @@ fn javascript_template_builds_and_runs() {
         vec!["npm install"]
     });
 }
+
+#[test]
+fn a_bad_name_or_a_used_folder_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("p");
+    let output = run(&["new", "connector", "My_Source", "--lang", "python", "--dir", project.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("connector name 'My_Source'"), "{stderr}");
+    assert!(!project.exists(), "nothing may be written for a bad name");
+
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("keep.txt"), "mine").unwrap();
+    let output = run(&["new", "connector", "ok", "--lang", "js", "--dir", project.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("exists and is not empty"));
+    assert_eq!(std::fs::read_dir(&project).unwrap().count(), 1, "a used folder must be left as it was");
+}
