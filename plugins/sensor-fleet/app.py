@@ -178,7 +178,6 @@ TASK = TaskState()
 
 
 class Connector(exports.Connector):
-
     def version(self):
         return VERSION
 
