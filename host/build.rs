@@ -151,12 +151,8 @@ fn build_javascript_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir
         ));
     };
     // `npm ci` whenever node_modules was not installed from this very lock file.
-    let lock_text = std::fs::read(source.join("package-lock.json")).expect("package-lock.json");
-    let lock_hash = format!("{:016x}", {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        std::hash::Hash::hash(&lock_text, &mut hasher);
-        std::hash::Hasher::finish(&hasher)
-    });
+    let lock = source.join("package-lock.json");
+    let lock_hash = hash_hex(&std::fs::read(&lock).unwrap_or_else(|e| panic!("{}: {e}", lock.display())));
     let installed_from = source.join("node_modules/.installed-from-lock");
     if std::fs::read_to_string(&installed_from).ok().as_deref() != Some(&lock_hash) {
         println!("cargo:warning=installing componentize-js for {name}: npm ci --prefix plugins/{name}");
@@ -169,7 +165,6 @@ fn build_javascript_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir
         }
         std::fs::write(&installed_from, &lock_hash).unwrap();
     }
-    let lock = source.join("package-lock.json");
     let inputs = [
         files_with_ext(&source.join("src"), "js"),
         files_with_ext(&source.join("data"), "ndjson"),
@@ -200,13 +195,11 @@ fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
 /// Runs `command` unless `out` was built from these very inputs (and tool version) before:
 /// componentizing takes seconds, and the build script reruns on any change under `plugins/`.
 fn build_if_changed(inputs: &[PathBuf], tool_version: &[u8], out: &Path, command: impl FnOnce() -> Command) {
-    let mut fingerprint = std::collections::hash_map::DefaultHasher::new();
-    for input in inputs {
-        let content = std::fs::read(input).unwrap_or_else(|e| panic!("{}: {e}", input.display()));
-        std::hash::Hash::hash(&(input, content), &mut fingerprint);
-    }
-    std::hash::Hash::hash(tool_version, &mut fingerprint);
-    let fingerprint = format!("{:016x}", std::hash::Hasher::finish(&fingerprint));
+    let contents: Vec<(&PathBuf, Vec<u8>)> = inputs
+        .iter()
+        .map(|input| (input, std::fs::read(input).unwrap_or_else(|e| panic!("{}: {e}", input.display()))))
+        .collect();
+    let fingerprint = hash_hex(&(contents, tool_version));
     let stamp = out.with_extension("inputs");
     if out.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&fingerprint) {
         return;
@@ -218,6 +211,13 @@ fn build_if_changed(inputs: &[PathBuf], tool_version: &[u8], out: &Path, command
         panic!("building {} failed (see above): {command:?}", out.display());
     }
     std::fs::write(stamp, fingerprint).unwrap();
+}
+
+/// A stamp for build inputs (the toolchain is fixed per build, so its hasher is stable).
+fn hash_hex(value: &impl std::hash::Hash) -> String {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut hasher);
+    format!("{:016x}", std::hash::Hasher::finish(&hasher))
 }
 
 /// `rust-toolchain.toml` names the target, but rustup adds it only when it installs the

@@ -123,7 +123,7 @@ def mix(value):
 def reading(settings, number, seq):
     """Reading `seq` of sensor `number`, as a dict (deterministic in seed, sensor, seq)."""
     h = mix(mix(mix(settings.seed & MASK) ^ number) ^ seq)
-    value = {
+    return {
         "sensor": sensor_name(number),
         "seq": seq,
         "ts": EPOCH_MS + seq * settings.interval,
@@ -131,15 +131,14 @@ def reading(settings, number, seq):
         "humidity_pm": 300 + (h >> 16) % 500,  # per mille
         "battery_pm": 1000 - min(seq // 100, 1000),
     }
-    return value
 
 
 def encode(settings, value):
     text = json.dumps(value, separators=(",", ":"))
     short = settings.min_bytes - len(text) - len(',"pad":""')
     if short > 0:
-        value["pad"] = "." * short
-        text = json.dumps(value, separators=(",", ":"))
+        # Appended as text: the same JSON as dumping again with a last "pad" key.
+        text = f'{text[:-1]},"pad":"{"." * short}"}}'
     return text.encode()
 
 

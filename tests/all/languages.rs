@@ -181,20 +181,21 @@ async fn a_python_task_whose_memory_keeps_growing_is_recycled_before_its_cap() {
     // componentize-py never frees the `bytes` of returned records, so 8,000 readings of
     // 8 KiB each would need about 64 MiB more than the default cap allows.
     let host = TestHost::new(&["sensor-fleet"]).await;
-    let config = |recycle: &str| {
-        vec![
-            ("topic", "readings".to_string()),
-            ("fleet.size", "2".into()),
-            ("readings.per.sensor", "4000".into()),
-            ("record.min.bytes", "8192".into()),
-            ("batch.size", "200".into()),
-            ("sandbox.memory.recycle.percent", recycle.into()),
-        ]
+    let config = |name: &str, topic: &str, recycle: &str| {
+        connector(
+            name,
+            "sensor-fleet",
+            &[
+                ("topic", topic),
+                ("fleet.size", "2"),
+                ("readings.per.sensor", "4000"),
+                ("record.min.bytes", "8192"),
+                ("batch.size", "200"),
+                ("sandbox.memory.recycle.percent", recycle),
+            ],
+        )
     };
-    let pairs = |c: &[(&'static str, String)]| c.iter().map(|(k, v)| (*k, v.clone())).collect::<Vec<_>>();
-    let recycled = pairs(&config("75"));
-    let refs: Vec<(&str, &str)> = recycled.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    host.start(connector("recycled", "sensor-fleet", &refs)).await;
+    host.start(config("recycled", "readings", "75")).await;
     let first = host.wait_task("recycled", 0, State::Running).await.instance;
     wait_until("all 8,000 readings", || {
         (host.seq("recycled", r#"{"sensor":"sensor-0000"}"#)? == 3999
@@ -208,10 +209,7 @@ async fn a_python_task_whose_memory_keeps_growing_is_recycled_before_its_cap() {
     assert_fleet_complete(&host.values("readings"), 2, 4000, 1);
 
     // The same with recycling off fails at the cap: the growth is real.
-    let unrecycled = pairs(&config("0"));
-    let refs: Vec<(&str, &str)> =
-        unrecycled.iter().map(|(k, v)| (*k, if *k == "topic" { "other" } else { v.as_str() })).collect();
-    host.start(connector("unrecycled", "sensor-fleet", &refs)).await;
+    host.start(config("unrecycled", "other", "0")).await;
     let failed = host.wait_task("unrecycled", 0, State::Failed).await;
     assert!(
         failed.trace.as_deref().unwrap_or_default().contains("exceeded memory cap of 64 MiB"),
