@@ -5,9 +5,12 @@
 //! test-programs do, so it never waits on the lock held by the outer build.
 //!
 //! The Python plugin is built with componentize-py and the JavaScript plugin with
-//! componentize-js (from the plugin's own npm lock file). A missing toolchain leaves that
-//! plugin out with a warning that says how to install it, so the quick start needs only
-//! Rust; the tests then fail with the same words (`sluice::PLUGIN_BUILD_PROBLEMS`).
+//! componentize-js, each installed by the build into a private place at a pinned version
+//! (pip into `target/wasm/python-tools`, `npm ci` from the plugin's own lock file), so
+//! nothing needs installing by hand but Python 3 with pip and Node.js with npm. A missing
+//! toolchain leaves that plugin out with a warning that says how to install it, so the
+//! quick start needs only Rust; the tests then fail with the same words
+//! (`sluice::PLUGIN_BUILD_PROBLEMS`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -99,21 +102,66 @@ fn main() {
     println!("cargo:rustc-env=SLUICE_PLUGIN_BUILD_PROBLEMS={}", problems.join(" | "));
 }
 
-/// The componentize-py release the Python plugins are tested with (`.ci/run` installs it).
+/// The componentize-py release the Python plugins are built with.
 const COMPONENTIZE_PY: &str = "0.25.1";
 
+/// How to run componentize-py: `$COMPONENTIZE_PY` when set, else the pinned release,
+/// installed by pip into `<tools_dir>` on first use (as `npm ci` installs componentize-js),
+/// so no global Python package is needed. `Err` (one line, saying what to install) when
+/// neither works.
+fn componentize_py(tools_dir: &Path) -> Result<Command, String> {
+    println!("cargo:rerun-if-env-changed=COMPONENTIZE_PY");
+    if let Ok(tool) = std::env::var("COMPONENTIZE_PY") {
+        println!("cargo:rustc-env=SLUICE_COMPONENTIZE_PY=env '{tool}'");
+        return Ok(Command::new(tool));
+    }
+    let tools_dir = tools_dir.join(COMPONENTIZE_PY);
+    let script = tools_dir.join("bin/componentize-py");
+    // For the scaffold test, which builds a generated Python project as its user would.
+    println!(
+        "cargo:rustc-env=SLUICE_COMPONENTIZE_PY=env PYTHONPATH='{}' python3 '{}'",
+        tools_dir.display(),
+        script.display()
+    );
+    let python = || {
+        let mut command = Command::new("python3");
+        command.env("PYTHONPATH", &tools_dir).env("PYTHONDONTWRITEBYTECODE", "1");
+        command
+    };
+    if !script.exists() {
+        println!("cargo:warning=installing componentize-py {COMPONENTIZE_PY} into {}", tools_dir.display());
+        let _ = std::fs::remove_dir_all(&tools_dir);
+        let installed = python()
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-script-location"])
+            .arg("--target")
+            .arg(&tools_dir)
+            .arg(format!("componentize-py=={COMPONENTIZE_PY}"))
+            .status();
+        if !installed.is_ok_and(|s| s.success()) || !script.exists() {
+            let _ = std::fs::remove_dir_all(&tools_dir);
+            return Err(format!(
+                "componentize-py {COMPONENTIZE_PY} could not be installed into target/: the build needs python3 \
+                 with pip (Debian: `apt-get install python3-pip`), or COMPONENTIZE_PY set to a componentize-py"
+            ));
+        }
+    }
+    let mut command = python();
+    command.arg(script);
+    Ok(command)
+}
+
 /// `plugins/<name>/app.py` (and the other `.py` files beside it) to `<name>.wasm`; `Err`
-/// (one line, with the install command) when componentize-py is missing.
+/// (one line, with what to install) when componentize-py cannot be had.
 fn build_python_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir: &Path) -> Result<(), String> {
     let source = root.join("plugins").join(name);
-    let tool = std::env::var("COMPONENTIZE_PY").unwrap_or_else(|_| "componentize-py".into());
-    println!("cargo:rerun-if-env-changed=COMPONENTIZE_PY");
-    let version = Command::new(&tool).arg("--version").output().ok().filter(|o| o.status.success());
+    let tool = || componentize_py(&work_dir.join("python-tools"));
+    let not_built = |problem: String| format!("the Python plugin {name} was not built: {problem}");
+    let version = tool().map_err(not_built)?.arg("--version").output().ok().filter(|o| o.status.success());
     let Some(version) = version else {
-        return Err(format!(
-            "the Python plugin {name} was not built: componentize-py was not found. Install it with \
-             `pip install componentize-py=={COMPONENTIZE_PY}` (or set COMPONENTIZE_PY to its path)"
-        ));
+        return Err(not_built(format!(
+            "componentize-py did not run (set COMPONENTIZE_PY to a working one, or delete {} to reinstall it)",
+            work_dir.join("python-tools").display()
+        )));
     };
     if !String::from_utf8_lossy(&version.stdout).contains(COMPONENTIZE_PY) {
         println!(
@@ -123,18 +171,16 @@ fn build_python_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir: &P
     }
     let inputs = [files_with_ext(&source, "py"), files_with_ext(&root.join("wit"), "wit")].concat();
     let out = work_dir.join(format!("{name}.wasm"));
-    build_if_changed(&inputs, &version.stdout, &out, || {
-        let mut command = Command::new(&tool);
-        command
-            .arg("-d")
-            .arg(root.join("wit"))
-            .args(["-w", "source-connector", "componentize", "-p"])
-            .arg(&source)
-            .arg("app")
-            .arg("-o")
-            .arg(&out);
-        command
-    });
+    let mut command = tool().map_err(not_built)?;
+    command
+        .arg("-d")
+        .arg(root.join("wit"))
+        .args(["-w", "source-connector", "componentize", "-p"])
+        .arg(&source)
+        .arg("app")
+        .arg("-o")
+        .arg(&out);
+    build_if_changed(&inputs, &version.stdout, &out, || command);
     copy_if_changed(&out, &plugins_dir.join(format!("{name}.wasm")));
     Ok(())
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
 use libfuzzer_sys::fuzz_target;
-use sluice::sandbox::Runtime;
+use sluice::runtime::Runtime;
 
 static HOST: LazyLock<(Arc<Runtime>, tokio::runtime::Runtime)> = LazyLock::new(|| {
     let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio");
@@ -23,5 +23,5 @@ static HOST: LazyLock<(Arc<Runtime>, tokio::runtime::Runtime)> = LazyLock::new(|
 
 fuzz_target!(|bytes: &[u8]| {
     let (runtime, tokio) = &*HOST;
-    let _ = tokio.block_on(sluice::registry::inspect(runtime, "fuzzed", Path::new("fuzzed.wasm"), bytes, None));
+    let _ = tokio.block_on(sluice::runtime::registry::inspect(runtime, "fuzzed", Path::new("fuzzed.wasm"), bytes, None));
 });

@@ -6,16 +6,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sluice::config::ConnectorConfig;
-use sluice::herder::Herder;
-use sluice::status::{ConnectorStatus, State};
-use sluice::store::{DEFAULT_TENANT, Namespace};
+use sluice::config::DEFAULT_TENANT;
+use sluice::connect::Herder;
+use sluice::storage::Namespace;
+use sluice::storage::{ConnectorStatus, State};
 
 /// Long enough for a loaded 2-core CI machine; conditions usually hold in milliseconds.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
 pub fn plugin_file(name: &str) -> PathBuf {
     let built = Path::new(sluice::BUILT_PLUGINS).join(format!("{name}.wasm"));
-    let file = if built.exists() { built } else { Path::new(sluice::TEST_PLUGINS).join(format!("{name}.wasm")) };
+    let file = if built.exists() { built } else { Path::new(env!("SLUICE_TEST_PLUGINS")).join(format!("{name}.wasm")) };
     assert!(file.exists(), "plugin {name} was not built: {}", sluice::PLUGIN_BUILD_PROBLEMS);
     file
 }
@@ -49,8 +50,8 @@ impl TestHost {
     pub async fn with_tenants(plugins: &[&str], tenants_toml: &str) -> TestHost {
         let host = TestHost::new(plugins).await;
         host.herder.shutdown().await;
-        let tenants = sluice::tenants::Tenants::parse(tenants_toml).unwrap();
-        let herder = Herder::open_with_tenants(host.data.path(), host.plugins.path(), tenants).await.unwrap();
+        let worker = sluice::config::WorkerConfig::parse(tenants_toml).unwrap();
+        let herder = Herder::open_with_config(worker, host.data.path(), host.plugins.path()).await.unwrap();
         TestHost { herder, ..host }
     }
 
@@ -81,8 +82,8 @@ impl TestHost {
     /// Committed offset of `partition`, parsed.
     pub fn offset(&self, connector: &str, partition: &str) -> Option<Value> {
         let ns = Namespace::new(DEFAULT_TENANT, connector);
-        let partition = sluice::records::canonical_object(partition).unwrap();
-        let found = self.herder.services().offsets.offsets(&ns, &[partition]).unwrap();
+        let partition = sluice::storage::json::canonical_object(partition).unwrap();
+        let found = self.herder.services().stores.offsets().offsets(&ns, &[partition]).unwrap();
         found[0].as_deref().map(|o| serde_json::from_str(o).unwrap())
     }
 
@@ -92,13 +93,13 @@ impl TestHost {
 
     /// Every value in a local topic, in order.
     pub fn values(&self, topic: &str) -> Vec<String> {
-        let records = self.herder.services().records.read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap();
+        let records = self.herder.services().stores.local().read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap();
         records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap()).unwrap()).collect()
     }
 
     /// Every (key, value) in a local topic, in order, as text.
     pub fn keyed_values(&self, topic: &str) -> Vec<(String, String)> {
-        let records = self.herder.services().records.read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap();
+        let records = self.herder.services().stores.local().read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap();
         let text = |bytes: Option<Vec<u8>>| String::from_utf8(bytes.unwrap_or_default()).unwrap();
         records.into_iter().map(|r| (text(r.record.key), text(r.record.value))).collect()
     }
@@ -110,7 +111,7 @@ impl TestHost {
         .await
     }
 
-    pub async fn wait_task(&self, connector: &str, task: u32, state: State) -> sluice::status::TaskStatus {
+    pub async fn wait_task(&self, connector: &str, task: u32, state: State) -> sluice::storage::TaskStatus {
         wait_until(&format!("task {connector}/{task} {state}"), || {
             self.status(connector)?.tasks.into_iter().find(|t| t.id == task && t.state == state)
         })
@@ -125,7 +126,7 @@ impl TestHost {
 fn share_compile_cache(data: &Path) {
     let shared = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
     std::fs::create_dir_all(&shared).unwrap();
-    std::os::unix::fs::symlink(&shared, data.join("compiled")).unwrap();
+    std::os::unix::fs::symlink(&shared, sluice::storage::DataDir::new(data).compile_cache()).unwrap();
 }
 
 /// A connector config from `key=value` pairs.

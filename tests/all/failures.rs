@@ -3,7 +3,7 @@
 //! connector in the same host keeps delivering; and restart with backoff works.
 
 use serde_json::json;
-use sluice::status::State;
+use sluice::storage::State;
 
 use crate::common::*;
 

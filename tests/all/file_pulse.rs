@@ -8,8 +8,8 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use sluice::status::State;
-use sluice::store::DEFAULT_TENANT;
+use sluice::config::DEFAULT_TENANT;
+use sluice::storage::State;
 
 use crate::common::*;
 use crate::files::{drop_file, drop_mixed};
@@ -17,7 +17,7 @@ use crate::files::{drop_file, drop_mixed};
 /// Records of a topic grouped by key (the file's relative path), values in topic order.
 fn by_file(host: &TestHost, topic: &str) -> BTreeMap<String, Vec<String>> {
     let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for stored in host.herder.services().records.read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap() {
+    for stored in host.herder.services().stores.local().read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap() {
         let key = String::from_utf8(stored.record.key.unwrap()).unwrap();
         files.entry(key).or_default().push(String::from_utf8(stored.record.value.unwrap()).unwrap());
     }
@@ -134,8 +134,9 @@ async fn a_small_file_does_not_wait_for_a_large_one() {
         let offsets = host
             .herder
             .services()
-            .offsets
-            .all_offsets(&sluice::store::Namespace::new(DEFAULT_TENANT, "pulse"))
+            .stores
+            .offsets()
+            .all_offsets(&sluice::storage::Namespace::new(DEFAULT_TENANT, "pulse"))
             .unwrap();
         offsets
             .into_iter()
@@ -184,8 +185,13 @@ async fn tail_mode_follows_appends_and_reads_a_rotated_file_as_new() {
     std::fs::write(&app, "new one\nnew two\n").unwrap();
     wait_until("the new file's lines", || (lines().len() == 7).then_some(())).await;
     assert_eq!(lines(), ["one", "two", "three", "four", "five", "new one", "new two"]);
-    let offsets =
-        host.herder.services().offsets.all_offsets(&sluice::store::Namespace::new(DEFAULT_TENANT, "pulse")).unwrap();
+    let offsets = host
+        .herder
+        .services()
+        .stores
+        .offsets()
+        .all_offsets(&sluice::storage::Namespace::new(DEFAULT_TENANT, "pulse"))
+        .unwrap();
     assert_eq!(offsets.len(), 2, "the rotated file is a new partition: {offsets:?}");
     let done: Vec<bool> =
         offsets.iter().map(|(_, o)| serde_json::from_str::<serde_json::Value>(o).unwrap()["done"] == true).collect();
@@ -287,8 +293,13 @@ async fn an_unreadable_file_fails_alone_and_is_retried_when_moved_back() {
     wait_until("the good file in the success folder", || dirs.done.path().join("good.log").exists().then_some(()))
         .await;
     assert_eq!(by_file(&host, "lines").get("good.log").unwrap(), &["good 1", "good 2"]);
-    let offsets =
-        host.herder.services().offsets.all_offsets(&sluice::store::Namespace::new(DEFAULT_TENANT, "pulse")).unwrap();
+    let offsets = host
+        .herder
+        .services()
+        .stores
+        .offsets()
+        .all_offsets(&sluice::storage::Namespace::new(DEFAULT_TENANT, "pulse"))
+        .unwrap();
     let bad: serde_json::Value =
         serde_json::from_str(&offsets.iter().find(|(p, _)| p.contains("bad.log.gz")).unwrap().1).unwrap();
     assert_eq!(bad["done"], true);

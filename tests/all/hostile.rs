@@ -2,7 +2,7 @@
 //! same host; only the attacker's connector or task fails (or its attempt is refused),
 //! with the reason in plain words, and the neighbour keeps delivering every record.
 
-use sluice::status::State;
+use sluice::storage::State;
 
 use crate::common::*;
 

@@ -3,7 +3,7 @@
 //! `raise-error`, and a task resuming from its committed offset.
 
 use serde_json::json;
-use sluice::status::State;
+use sluice::storage::State;
 
 use crate::common::*;
 

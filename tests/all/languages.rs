@@ -6,8 +6,9 @@
 //! are checked end to end in `tests/e2e/languages.rs`.
 
 use serde_json::{Value, json};
-use sluice::status::State;
-use sluice::store::{DEFAULT_TENANT, Namespace};
+use sluice::config::DEFAULT_TENANT;
+use sluice::storage::Namespace;
+use sluice::storage::State;
 
 use crate::common::*;
 use crate::expected::{assert_fleet_complete, assert_replay_complete};
@@ -154,7 +155,12 @@ async fn javascript_task_raises_an_error_for_an_offset_past_the_end_of_its_file(
     let host = TestHost::new(&["ndjson-replay"]).await;
     // As if the bundled file had been longer when this offset was committed.
     let stale = (r#"{"file":"orders.ndjson"}"#.to_string(), r#"{"line":5000,"loop":0}"#.to_string());
-    host.herder.services().offsets.commit_offsets(&Namespace::new(DEFAULT_TENANT, "replay"), &[stale]).unwrap();
+    host.herder
+        .services()
+        .stores
+        .offsets()
+        .commit_offsets(&Namespace::new(DEFAULT_TENANT, "replay"), &[stale])
+        .unwrap();
     host.start(connector("replay", "ndjson-replay", &[("replay.files", "orders.ndjson,clicks.ndjson")])).await;
     let failed = host.wait_task("replay", 0, State::Failed).await;
     let trace = failed.trace.unwrap_or_default();

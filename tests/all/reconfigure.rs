@@ -2,7 +2,7 @@
 //! the only one restarted, after committing its offsets; the task count shrinks and grows.
 
 use serde_json::{Value, json};
-use sluice::status::State;
+use sluice::storage::State;
 
 use crate::common::*;
 

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use sluice::registry::Registry;
-use sluice::sandbox::Runtime;
+use sluice::runtime::Registry;
+use sluice::runtime::Runtime;
 
 use crate::common::plugin_file;
 

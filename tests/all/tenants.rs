@@ -1,7 +1,7 @@
 //! Tenants: the same connector name in two tenants shares nothing (offsets, records);
 //! a tenant cannot grant directories outside its roots; its quotas hold.
 
-use sluice::store::Namespace;
+use sluice::storage::Namespace;
 
 use crate::common::*;
 
@@ -15,8 +15,8 @@ async fn tenants_see_only_their_own_offsets_and_records() {
     let config = |tenant: &str, count: &str| {
         connector("same", "testkit", &[("tenant", tenant), ("topic", "t"), ("record.count", count)])
     };
-    let offsets = host.herder.services().offsets.clone();
-    let records = host.herder.services().records.clone();
+    let offsets = host.herder.services().stores.offsets().clone();
+    let records = host.herder.services().stores.local().clone();
     let seq = |tenant: &str| {
         let found = offsets.offsets(&Namespace::new(tenant, "same"), &[r#"{"task":"0"}"#.to_string()]).unwrap();
         found[0]

@@ -1,7 +1,7 @@
 //! The worker config beyond tenants: fuel metering (a per-call budget, used fuel in the
 //! status) and defaults for connector keys.
 
-use sluice::status::State;
+use sluice::storage::State;
 
 use crate::common::*;
 

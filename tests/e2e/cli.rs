@@ -108,26 +108,6 @@ fn sigterm_stops_gracefully_and_the_cli_reads_what_was_committed() {
 }
 
 #[test]
-fn bench_prints_both_paths_and_the_ratio() {
-    let output = run(&["bench", "poll", "--records", "2000", "--rounds", "1"]);
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
-    let table = String::from_utf8(output.stdout).unwrap();
-    assert!(table.lines().any(|l| l.starts_with("native ")), "{table}");
-    assert!(table.lines().any(|l| l.starts_with("component ")), "{table}");
-    assert!(table.contains("ratio component/native: "), "{table}");
-}
-
-#[test]
-fn file_bench_prints_native_local_and_stdout() {
-    let output = run(&["bench", "files", "--mib", "2"]);
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
-    let table = String::from_utf8(output.stdout).unwrap();
-    for path in ["native ", "local ", "stdout "] {
-        assert!(table.lines().any(|l| l.starts_with(path)), "{path}: {table}");
-    }
-}
-
-#[test]
 fn offsets_delete_resets_a_partition_but_not_under_a_running_connector() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sluice::embedded::Embedded;
-use sluice::store::{DEFAULT_TENANT, Namespace, OffsetStore, RecordLog};
+use sluice::config::DEFAULT_TENANT;
+use sluice::storage::Namespace;
 
 use crate::{connector_file, crash_rng, sluice, wait_until};
 
@@ -15,8 +15,8 @@ const PER_TASK: u64 = 5000;
 const KILLS: usize = 20;
 
 fn committed(data: &std::path::Path) -> BTreeMap<String, u64> {
-    let Ok(db) = Embedded::open_existing(data) else { return BTreeMap::new() };
-    let offsets = db.all_offsets(&Namespace::new(DEFAULT_TENANT, "crashy")).unwrap();
+    let Ok(db) = crate::stores(data) else { return BTreeMap::new() };
+    let offsets = db.offsets().all_offsets(&Namespace::new(DEFAULT_TENANT, "crashy")).unwrap();
     offsets
         .into_iter()
         .map(|(p, o)| (p, serde_json::from_str::<serde_json::Value>(&o).unwrap()["seq"].as_u64().unwrap()))
@@ -24,9 +24,9 @@ fn committed(data: &std::path::Path) -> BTreeMap<String, u64> {
 }
 
 fn stored_count(data: &std::path::Path) -> u64 {
-    Embedded::open_existing(data)
+    crate::stores(data)
         .ok()
-        .and_then(|db| db.topics(DEFAULT_TENANT).ok())
+        .and_then(|db| db.local().topics(DEFAULT_TENANT).ok())
         .map_or(0, |t| t.iter().map(|(_, n)| n).sum())
 }
 
@@ -77,8 +77,8 @@ fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
         "only {kills_mid_stream} of {KILLS} kills landed while records were streaming"
     );
 
-    let db = Embedded::open_existing(&data).unwrap();
-    let records = db.read(DEFAULT_TENANT, "crash", 0, usize::MAX >> 1).unwrap();
+    let db = crate::stores(&data).unwrap();
+    let records = db.local().read(DEFAULT_TENANT, "crash", 0, usize::MAX >> 1).unwrap();
     let mut per_task: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     let mut last_offset: BTreeMap<String, String> = BTreeMap::new();
     for stored in &records {
@@ -99,7 +99,7 @@ fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
         assert_eq!(seqs, (0..PER_TASK).collect::<Vec<_>>(), "task {task}: records lost or out of order");
     }
     let committed_offsets: BTreeMap<String, String> =
-        db.all_offsets(&Namespace::new(DEFAULT_TENANT, "crashy")).unwrap().into_iter().collect();
+        db.offsets().all_offsets(&Namespace::new(DEFAULT_TENANT, "crashy")).unwrap().into_iter().collect();
     assert_eq!(committed_offsets, last_offset, "committed offsets must match the last record of each partition");
     println!("{KILLS} kills ({kills_mid_stream} mid-stream): {} records, none lost or duplicated", records.len());
 }

@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sluice::embedded::Embedded;
-use sluice::store::{DEFAULT_TENANT, RecordLog};
+use sluice::config::DEFAULT_TENANT;
 
 use crate::files::drop_mixed;
 use crate::{connector_file, crash_rng, sluice, wait_until};
@@ -35,9 +34,9 @@ fn file_pulse_survives_sigkill_with_every_line_exactly_once() {
     let mut expected: BTreeMap<String, Vec<String>> = drop_mixed(&inbox, "first", 20, 2, 60_000);
     let start = || sluice().arg("run").arg("--data-dir").arg(&data).arg(&file).spawn().unwrap();
     let count = || {
-        Embedded::open_existing(&data)
+        crate::stores(&data)
             .ok()
-            .and_then(|db| db.topics(DEFAULT_TENANT).ok())
+            .and_then(|db| db.local().topics(DEFAULT_TENANT).ok())
             .map_or(0, |t| t.iter().map(|(_, n)| *n as usize).sum())
     };
     for kill in 0..KILLS {
@@ -64,9 +63,9 @@ fn file_pulse_survives_sigkill_with_every_line_exactly_once() {
     child.kill().unwrap();
     child.wait().unwrap();
 
-    let db = Embedded::open_existing(&data).unwrap();
+    let db = crate::stores(&data).unwrap();
     let mut delivered: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for stored in db.read(DEFAULT_TENANT, "lines", 0, usize::MAX >> 1).unwrap() {
+    for stored in db.local().read(DEFAULT_TENANT, "lines", 0, usize::MAX >> 1).unwrap() {
         let key = String::from_utf8(stored.record.key.unwrap()).unwrap();
         delivered.entry(key).or_default().push(String::from_utf8(stored.record.value.unwrap()).unwrap());
     }

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use sluice::embedded::Embedded;
-use sluice::store::{DEFAULT_TENANT, Namespace, OffsetStore, RecordLog};
+use sluice::config::DEFAULT_TENANT;
+use sluice::storage::Namespace;
 
 use crate::expected::{assert_fleet_complete, assert_replay_complete};
 use crate::{connector_file, crash_rng, sluice, wait_until};
@@ -19,9 +19,10 @@ use crate::{connector_file, crash_rng, sluice, wait_until};
 const KILLS: usize = 6;
 
 fn stored(data: &Path, topic: &str) -> Vec<(String, String, String, String)> {
-    let Ok(db) = Embedded::open_existing(data) else { return Vec::new() };
+    let Ok(db) = crate::stores(data) else { return Vec::new() };
     let text = |bytes: Option<Vec<u8>>| String::from_utf8(bytes.unwrap_or_default()).unwrap();
-    db.read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1)
+    db.local()
+        .read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1)
         .unwrap_or_default()
         .into_iter()
         .map(|r| (r.record.partition, r.record.offset, text(r.record.key), text(r.record.value)))
@@ -30,14 +31,14 @@ fn stored(data: &Path, topic: &str) -> Vec<(String, String, String, String)> {
 
 /// Records in `topic` so far, from the topic index (no records read).
 fn stored_count(data: &Path, topic: &str) -> usize {
-    let Ok(db) = Embedded::open_existing(data) else { return 0 };
-    let topics = db.topics(DEFAULT_TENANT).unwrap_or_default();
+    let Ok(db) = crate::stores(data) else { return 0 };
+    let topics = db.local().topics(DEFAULT_TENANT).unwrap_or_default();
     topics.into_iter().find(|(t, _)| t == topic).map_or(0, |(_, n)| n as usize)
 }
 
 fn committed(data: &Path, connector: &str) -> BTreeMap<String, String> {
-    let Ok(db) = Embedded::open_existing(data) else { return BTreeMap::new() };
-    db.all_offsets(&Namespace::new(DEFAULT_TENANT, connector)).unwrap_or_default().into_iter().collect()
+    let Ok(db) = crate::stores(data) else { return BTreeMap::new() };
+    db.offsets().all_offsets(&Namespace::new(DEFAULT_TENANT, connector)).unwrap_or_default().into_iter().collect()
 }
 
 /// Runs `connector` to completion through `KILLS` SIGKILLs, then once more with its log
@@ -91,7 +92,7 @@ fn run_through_kills(
 
     let records = stored(&data, topic);
     // The store keeps committed offsets in canonical form (sorted keys); records as sent.
-    let canonical = |text: &str| sluice::records::canonical_object(text).unwrap();
+    let canonical = |text: &str| sluice::storage::json::canonical_object(text).unwrap();
     let mut last = BTreeMap::new();
     for (partition, offset, _, _) in &records {
         last.insert(canonical(partition), canonical(offset));

@@ -28,6 +28,11 @@ pub fn run(args: &[&str]) -> Output {
     sluice().args(args).output().unwrap()
 }
 
+/// The stores of a data directory a `sluice` child process wrote.
+pub fn stores(data: &Path) -> anyhow::Result<sluice::storage::Stores> {
+    sluice::storage::Stores::open_existing(&Default::default(), &sluice::storage::DataDir::new(data))
+}
+
 /// Writes a connector file and returns its path.
 pub fn connector_file(dir: &Path, file: &str, text: &str) -> PathBuf {
     let path = dir.join(file);

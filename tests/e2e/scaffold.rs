@@ -5,8 +5,7 @@
 use std::path::Path;
 use std::process::{Child, Command};
 
-use sluice::embedded::Embedded;
-use sluice::store::{DEFAULT_TENANT, RecordLog};
+use sluice::config::DEFAULT_TENANT;
 
 use crate::{run, sluice, wait_until};
 
@@ -23,9 +22,13 @@ fn scaffold(name: &str, lang: &str, project: &Path) -> Vec<String> {
     next.lines().skip(1).map(str::trim).filter(|l| !l.starts_with("sluice run")).map(String::from).collect()
 }
 
+/// Where a test puts the tools a user would have installed (first on the build's `PATH`).
+const TEST_BIN: &str = ".test-bin";
+
 fn build(project: &Path, steps: &[String]) {
+    let path = format!("{}:{}", project.join(TEST_BIN).display(), std::env::var("PATH").unwrap_or_default());
     for step in steps {
-        let status = Command::new("sh").arg("-c").arg(step).current_dir(project).status().unwrap();
+        let status = Command::new("sh").arg("-c").arg(step).env("PATH", &path).current_dir(project).status().unwrap();
         assert!(status.success(), "build step failed in {}: {step}", project.display());
     }
 }
@@ -37,8 +40,8 @@ fn start(project: &Path, data: &Path) -> Child {
 }
 
 fn values(data: &Path, topic: &str) -> Vec<String> {
-    let Ok(db) = Embedded::open_existing(data) else { return Vec::new() };
-    let records = db.read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap_or_default();
+    let Ok(db) = crate::stores(data) else { return Vec::new() };
+    let records = db.local().read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap_or_default();
     records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap()).unwrap()).collect()
 }
 
@@ -87,7 +90,16 @@ fn rust_template_builds_and_runs() {
 
 #[test]
 fn python_template_builds_and_runs() {
-    build_and_run("python", |_| vec![]);
+    build_and_run("python", |project| {
+        // The user installed componentize-py (the generated README says how); the build of
+        // this repository installed the same pinned release privately: put it on PATH.
+        let bin = project.join(TEST_BIN);
+        std::fs::create_dir_all(&bin).unwrap();
+        let shim = bin.join("componentize-py");
+        std::fs::write(&shim, format!("#!/bin/sh\nexec {} \"$@\"\n", env!("SLUICE_COMPONENTIZE_PY"))).unwrap();
+        std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        vec![]
+    });
 }
 
 #[test]

@@ -8,6 +8,10 @@
 //! `log-flood`, `print-flood`, `busy` (spins `hostile.busy.ms` per poll, for the fairness
 //! benchmark), `partition-not-object`, `offset-nested`,
 //! `invalid-utf8-topic`, `long-topic`, `too-many-tasks`.
+//!
+//! A component only: on any other target the crate is empty, so `cargo build --workspace`
+//! works on the host.
+#![cfg(target_family = "wasm")]
 
 use std::cell::RefCell;
 

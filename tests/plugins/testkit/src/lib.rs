@@ -18,6 +18,10 @@
 //!   call `request-task-reconfiguration`.
 //! - `trap.marker.file`: with `poll.trap.at`, trap only while this file does not exist,
 //!   creating it first, so that the restarted task goes on.
+//!
+//! A component only: on any other target the crate is empty, so `cargo build --workspace`
+//! works on the host.
+#![cfg(target_family = "wasm")]
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

@@ -6,16 +6,14 @@
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
-use crate::bindings::sluice::connector::log::Level;
+use super::bindings::sluice::connector::log::Level;
+use super::rate::TokenBucket;
 
 struct Bucket {
-    per_second: f64,
-    tokens: f64,
-    refilled: Instant,
+    rate: TokenBucket,
     dropped: u64,
 }
 
@@ -33,12 +31,7 @@ impl PluginLog {
         PluginLog {
             tenant: tenant.into(),
             source: source.into(),
-            bucket: Arc::new(Mutex::new(Bucket {
-                per_second,
-                tokens: 2.0 * per_second,
-                refilled: Instant::now(),
-                dropped: 0,
-            })),
+            bucket: Arc::new(Mutex::new(Bucket { rate: TokenBucket::new(per_second, 2.0 * per_second), dropped: 0 })),
         }
     }
 
@@ -50,15 +43,10 @@ impl PluginLog {
     pub fn emit(&self, level: Level, message: &str) {
         let resumed_after = {
             let mut bucket = self.bucket.lock().unwrap();
-            let now = Instant::now();
-            let refill = now.duration_since(bucket.refilled).as_secs_f64() * bucket.per_second;
-            bucket.tokens = (bucket.tokens + refill).min(2.0 * bucket.per_second);
-            bucket.refilled = now;
-            if bucket.tokens < 1.0 {
+            if !bucket.rate.try_take_one() {
                 bucket.dropped += 1;
                 return;
             }
-            bucket.tokens -= 1.0;
             std::mem::take(&mut bucket.dropped)
         };
         let (tenant, source) = (&*self.tenant, &*self.source);

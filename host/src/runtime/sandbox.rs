@@ -17,12 +17,12 @@ use wasmtime::{
 };
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use crate::bindings::sluice::connector::{connector_context, log, offset_storage_reader, types};
-use crate::bindings::{ConfigKey, ConfigProblem, ConnectorError, SourceConnector, SourceConnectorPre, SourceRecord};
+use super::bindings::sluice::connector::{connector_context, log, offset_storage_reader, types};
+use super::bindings::{ConfigKey, ConfigProblem, ConnectorError, SourceConnector, SourceConnectorPre, SourceRecord};
+use super::plugin_log::PluginLog;
 use crate::config::{CallTimeouts, SandboxSettings};
-use crate::plugin_log::PluginLog;
-use crate::records::canonical_object;
-use crate::store::{Namespace, OffsetStore};
+use crate::storage::json::canonical_object;
+use crate::storage::{Namespace, OffsetStore};
 
 /// A call running longer than this is throttled: at each tick it also sleeps for
 /// [`LONG_CALL_SLEEP_TICKS`] ticks, so one plugin's long call gets about a tenth of a

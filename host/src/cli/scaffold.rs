@@ -14,19 +14,19 @@ pub enum Lang {
     Js,
 }
 
-const WIT: &str = include_str!("../../wit/connector.wit");
+const WIT: &str = include_str!("../../../wit/connector.wit");
 
 /// (path in the new project, template text)
 fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
     match lang {
         Lang::Rust => &[
-            ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
-            ("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
+            ("Cargo.toml", include_str!("../../templates/rust/Cargo.toml")),
+            ("src/lib.rs", include_str!("../../templates/rust/src/lib.rs")),
         ],
-        Lang::Python => &[("app.py", include_str!("../templates/python/app.py")), ("wit/connector.wit", WIT)],
+        Lang::Python => &[("app.py", include_str!("../../templates/python/app.py")), ("wit/connector.wit", WIT)],
         Lang::Js => &[
-            ("connector.js", include_str!("../templates/js/connector.js")),
-            ("package.json", include_str!("../templates/js/package.json")),
+            ("connector.js", include_str!("../../templates/js/connector.js")),
+            ("package.json", include_str!("../../templates/js/package.json")),
             ("wit/connector.wit", WIT),
         ],
     }

@@ -1,23 +1,21 @@
-//! The embedded default: one SQLite database (`sluice.db`) in the data directory holding
-//! committed offsets, connector and task configs, statuses and the `local` destination's
-//! records. WAL mode: readers (`sluice offsets`, `sluice topics`) never block the writer,
-//! and a transaction that returned is in the WAL file, so a killed process loses nothing
-//! it committed.
+//! The embedded default backend: one SQLite database (`sluice.db` in the data directory)
+//! holding committed offsets, connector and task configs, statuses and the `local`
+//! destination's records. WAL mode: readers (`sluice offsets`, `sluice topics`) never block
+//! the writer, and a transaction that returned is in the WAL file, so a killed process
+//! loses nothing it committed. Only [`super::Stores`] opens it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::records::Record;
-use crate::status::ConnectorStatus;
-use crate::store::{ConfigStore, Namespace, OffsetStore, RecordLog, StatusStore, StoredRecord};
+use super::model::{ConnectorStatus, Record, StoredRecord};
+use super::{ConfigStore, Namespace, OffsetStore, RecordLog, StatusStore};
 
-pub struct Embedded {
+pub struct SqliteStore {
     conn: Mutex<Connection>,
-    path: PathBuf,
 }
 
 const SCHEMA: &str = "
@@ -43,13 +41,10 @@ CREATE TABLE IF NOT EXISTS topics (
     PRIMARY KEY (tenant, topic));
 ";
 
-impl Embedded {
-    /// Opens (creating if needed) `<data_dir>/sluice.db`.
-    pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(data_dir)
-            .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
-        let path = data_dir.join("sluice.db");
-        let conn = Connection::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path`.
+    pub(super) fn open(path: &Path) -> anyhow::Result<Self> {
+        let conn = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         conn.busy_timeout(Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode: a committed transaction survives a killed process; a power
@@ -57,22 +52,7 @@ impl Embedded {
         // offsets stay consistent either way.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA).with_context(|| format!("cannot set up {}", path.display()))?;
-        Ok(Embedded { conn: Mutex::new(conn), path })
-    }
-
-    /// Opens an existing database for the read-only CLI commands.
-    pub fn open_existing(data_dir: &Path) -> anyhow::Result<Self> {
-        let path = data_dir.join("sluice.db");
-        anyhow::ensure!(
-            path.exists(),
-            "no Sluice data in {} (no sluice.db; run `sluice run` first or pass --data-dir)",
-            data_dir.display()
-        );
-        Self::open(data_dir)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(SqliteStore { conn: Mutex::new(conn) })
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -96,7 +76,7 @@ fn upsert_offsets(
     Ok(())
 }
 
-impl OffsetStore for Embedded {
+impl OffsetStore for SqliteStore {
     fn offsets(&self, ns: &Namespace, partitions: &[String]) -> anyhow::Result<Vec<Option<String>>> {
         let conn = self.conn();
         let mut stmt =
@@ -134,7 +114,7 @@ impl OffsetStore for Embedded {
     }
 }
 
-impl ConfigStore for Embedded {
+impl ConfigStore for SqliteStore {
     fn put_connector_config(&self, ns: &Namespace, config: &[(String, String)]) -> anyhow::Result<()> {
         let text = serde_json::to_string(&config.iter().cloned().collect::<std::collections::BTreeMap<_, _>>())?;
         self.conn().execute(
@@ -168,7 +148,7 @@ impl ConfigStore for Embedded {
     }
 }
 
-impl StatusStore for Embedded {
+impl StatusStore for SqliteStore {
     fn put_status(&self, ns: &Namespace, status: &ConnectorStatus) -> anyhow::Result<()> {
         self.conn().execute(
             "INSERT INTO statuses (tenant, connector, status) VALUES (?1, ?2, ?3)
@@ -186,7 +166,7 @@ impl StatusStore for Embedded {
     }
 }
 
-impl RecordLog for Embedded {
+impl RecordLog for SqliteStore {
     fn append_with_offsets(
         &self,
         ns: &Namespace,
@@ -304,7 +284,7 @@ mod tests {
     #[test]
     fn records_and_offsets_commit_together_and_are_namespaced() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Embedded::open(dir.path()).unwrap();
+        let db = SqliteStore::open(&dir.path().join("sluice.db")).unwrap();
         let a = Namespace::new("default", "a");
         let other_tenant = Namespace::new("other", "a");
         let records = [record("t", r#"{"p":1}"#, r#"{"n":1}"#), record("t", r#"{"p":1}"#, r#"{"n":2}"#)];

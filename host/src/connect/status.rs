@@ -1,63 +1,11 @@
-//! Kafka Connect's states and status JSON, and the board that holds every connector's
-//! current status, logs each change and persists it through the [`StatusStore`].
+//! The status board: every connector's and task's current status in this process (Kafka
+//! Connect's states and status JSON, [`crate::storage::ConnectorStatus`]); it logs each
+//! change and persists it through the [`StatusStore`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use serde::{Deserialize, Serialize};
-
-use crate::store::{Namespace, StatusStore};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum State {
-    Unassigned,
-    Running,
-    Paused,
-    Stopped,
-    Failed,
-    Restarting,
-}
-
-impl std::fmt::Display for State {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let text = serde_json::to_value(self).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-        f.write_str(&text)
-    }
-}
-
-/// `{"state": ..., "worker_id": ..., "trace": ...}` as in Kafka Connect's REST API.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConnectorState {
-    pub state: State,
-    pub worker_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskStatus {
-    pub id: u32,
-    pub state: State,
-    pub worker_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace: Option<String>,
-    /// Host-unique number of the sandbox instance running the task: it changes exactly
-    /// when the task is (re)started, which is how restarts are observed.
-    pub instance: u64,
-    /// Fuel the task's instance has used, when the worker meters fuel.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fuel_used: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConnectorStatus {
-    pub name: String,
-    pub connector: ConnectorState,
-    pub tasks: Vec<TaskStatus>,
-    #[serde(rename = "type")]
-    pub kind: String,
-}
+use crate::storage::{ConnectorState, ConnectorStatus, Namespace, State, StatusStore, TaskStatus};
 
 /// Every connector's status in this process.
 pub struct StatusBoard {

@@ -14,23 +14,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
-use crate::bindings::{ConfigKey, ConfigType, Importance, SourceConnectorPre};
-use crate::config::SandboxSettings;
-use crate::sandbox::{HostState, InstanceContext, Runtime};
-use crate::store::{Namespace, OffsetStore};
-
-/// One key of a plugin's `config-def`, in Kafka Connect's words.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ConfigKeyInfo {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub type_name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub default_value: Option<String>,
-    pub required: bool,
-    pub importance: String,
-    pub documentation: String,
-}
+use super::bindings::{ConfigKey, ConfigType, Importance, SourceConnectorPre};
+use super::sandbox::{HostState, InstanceContext, Runtime};
+use crate::config::{ConfigKeyInfo, SandboxSettings};
+use crate::storage::{Namespace, OffsetStore};
 
 impl From<ConfigKey> for ConfigKeyInfo {
     fn from(key: ConfigKey) -> Self {

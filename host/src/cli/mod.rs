@@ -1,6 +1,12 @@
-//! The `sluice` command line: `run` (standalone, like `connect-standalone`), `plugins`,
-//! `offsets`, `topics`, `new` and `bench`. Errors in connector files or configs print one line
-//! naming the file, the key and the reason, and exit with code 2.
+//! The cli layer: the `sluice` command line. `run` (standalone, like `connect-standalone`),
+//! `demo`, `plugins`, `offsets`, `topics`, `new` and `hash-token`. Errors in connector files
+//! or configs print one line naming the file, the key and the reason, and exit with code 2.
+//! The benchmarks are a separate binary (`sluice-bench`, in `bench/`).
+//!
+//! May use every other layer.
+
+pub mod demo;
+pub mod scaffold;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -10,13 +16,11 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
-use crate::config::{ConfigError, ConnectorConfig, HOST_KEYS};
-use crate::embedded::Embedded;
-use crate::herder::Herder;
-use crate::records::record_json;
-use crate::registry::Registry;
-use crate::sandbox::Runtime;
-use crate::store::{Namespace, OffsetStore, RecordLog};
+use crate::config::{ConfigError, ConfigKeyInfo, ConnectorConfig, DEFAULT_TENANT, HOST_KEYS, WorkerConfig};
+use crate::connect::Herder;
+use crate::destinations::json::record_json;
+use crate::runtime::{Registry, Runtime};
+use crate::storage::{DataDir, Namespace, Stores};
 
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "Run sandboxed source connectors compiled to WebAssembly components")]
@@ -26,7 +30,7 @@ struct Cli {
 }
 
 #[derive(clap::Args)]
-struct DataDir {
+struct DataDirArg {
     /// Where offsets, configs, statuses, local topics and compiled plugins are kept.
     #[arg(long, env = "SLUICE_DATA_DIR", default_value = "sluice-data")]
     data_dir: PathBuf,
@@ -40,20 +44,31 @@ struct WorkerConfigPath {
     worker_config: Option<PathBuf>,
 }
 
+impl DataDirArg {
+    fn dir(&self) -> DataDir {
+        DataDir::new(&self.data_dir)
+    }
+}
+
 impl WorkerConfigPath {
-    fn load(&self) -> anyhow::Result<crate::tenants::Tenants> {
+    fn load(&self) -> anyhow::Result<WorkerConfig> {
         match &self.worker_config {
-            Some(path) => crate::tenants::Tenants::load(path),
-            None if Path::new("sluice.toml").exists() => crate::tenants::Tenants::load(Path::new("sluice.toml")),
-            None => Ok(crate::tenants::Tenants::default()),
+            Some(path) => WorkerConfig::load(path),
+            None if Path::new("sluice.toml").exists() => WorkerConfig::load(Path::new("sluice.toml")),
+            None => Ok(WorkerConfig::default()),
         }
+    }
+
+    /// The stores of an existing data directory, for the commands that read them.
+    fn existing_stores(&self, data: &DataDirArg) -> anyhow::Result<Stores> {
+        Stores::open_existing(&self.load()?.storage, &data.dir())
     }
 }
 
 #[derive(clap::Args)]
 struct TenantArg {
     /// The tenant whose data to show.
-    #[arg(long, default_value = crate::store::DEFAULT_TENANT)]
+    #[arg(long, default_value = DEFAULT_TENANT)]
     tenant: String,
 }
 
@@ -71,7 +86,7 @@ enum Command {
     #[command(after_help = host_keys_help())]
     Run {
         #[command(flatten)]
-        data: DataDir,
+        data: DataDirArg,
         #[command(flatten)]
         plugins: PluginPath,
         #[command(flatten)]
@@ -85,7 +100,7 @@ enum Command {
         #[command(flatten)]
         plugins: PluginPath,
         #[command(flatten)]
-        data: DataDir,
+        data: DataDirArg,
         #[arg(long)]
         json: bool,
     },
@@ -94,7 +109,9 @@ enum Command {
     Offsets {
         connector: String,
         #[command(flatten)]
-        data: DataDir,
+        data: DataDirArg,
+        #[command(flatten)]
+        worker: WorkerConfigPath,
         #[command(flatten)]
         tenant: TenantArg,
         #[arg(long)]
@@ -109,7 +126,7 @@ enum Command {
     /// into the inbox while it runs. Ctrl-C stops it.
     Demo {
         #[command(flatten)]
-        data: DataDir,
+        data: DataDirArg,
         #[command(flatten)]
         plugins: PluginPath,
         /// Where the sample inbox and the finished files go.
@@ -126,12 +143,6 @@ enum Command {
         #[command(subcommand)]
         command: TopicsCommand,
     },
-    /// Benchmarks: `poll` (component vs native), `languages` (Rust, Python, JavaScript),
-    /// `fairness` and `files` (file-pulse vs a native loop).
-    Bench {
-        #[command(subcommand)]
-        which: BenchCommand,
-    },
 }
 
 #[derive(Subcommand)]
@@ -142,7 +153,7 @@ enum NewCommand {
         /// The plugin name (lowercase letters, digits and '-'); the build makes `NAME.wasm`.
         name: String,
         #[arg(long, value_enum)]
-        lang: crate::scaffold::Lang,
+        lang: scaffold::Lang,
         /// Where to create the project [default: ./NAME].
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -150,74 +161,13 @@ enum NewCommand {
 }
 
 #[derive(Subcommand)]
-enum BenchCommand {
-    /// Records/s through a task's poll: the counter plugin as a component vs the same
-    /// code compiled natively.
-    Poll {
-        #[command(flatten)]
-        plugins: PluginPath,
-        #[arg(long, default_value_t = 500_000)]
-        records: u64,
-        /// Bytes per record value.
-        #[arg(long, default_value_t = 1024)]
-        size: usize,
-        /// Records per poll.
-        #[arg(long, default_value_t = 500)]
-        batch: usize,
-        #[arg(long, default_value_t = 5)]
-        rounds: u32,
-    },
-    /// Records/s of the counter connector alone, then beside busy-looping plugins.
-    Fairness {
-        #[command(flatten)]
-        plugins: PluginPath,
-        /// The busy plugin (the test fixture `hostile`, built by `cargo build`).
-        #[arg(long, default_value_os_t = BenchCommand::default_busy_plugin())]
-        busy_plugin: PathBuf,
-        /// How many busy neighbours.
-        #[arg(long, default_value_t = 4)]
-        busy: usize,
-        #[arg(long, default_value_t = 5)]
-        seconds: u64,
-        /// The counter's rate limit in records/s; 0 is as fast as it can.
-        #[arg(long, default_value_t = 0)]
-        rate: u64,
-    },
-    /// Per language (Rust, Python, JavaScript connectors): component size, cold compile,
-    /// cached load, instantiation time and records/s through poll with ~1 KiB records.
-    Languages {
-        #[command(flatten)]
-        plugins: PluginPath,
-        /// Seconds of polling per connector.
-        #[arg(long, default_value_t = 3)]
-        seconds: u64,
-        /// Instantiations timed per connector (the median is shown).
-        #[arg(long, default_value_t = 20)]
-        instantiations: usize,
-    },
-    /// MB/s streaming one file of 100-byte lines with file-pulse, to the local destination
-    /// and to stdout, beside a native loop reading the same file.
-    Files {
-        #[command(flatten)]
-        plugins: PluginPath,
-        /// File size in MiB.
-        #[arg(long, default_value_t = 1024)]
-        mib: u64,
-    },
-}
-
-impl BenchCommand {
-    fn default_busy_plugin() -> PathBuf {
-        Path::new(crate::TEST_PLUGINS).join("hostile.wasm")
-    }
-}
-
-#[derive(Subcommand)]
 enum TopicsCommand {
     /// Topics and their record counts.
     List {
         #[command(flatten)]
-        data: DataDir,
+        data: DataDirArg,
+        #[command(flatten)]
+        worker: WorkerConfigPath,
         #[command(flatten)]
         tenant: TenantArg,
     },
@@ -225,7 +175,9 @@ enum TopicsCommand {
     Read {
         topic: String,
         #[command(flatten)]
-        data: DataDir,
+        data: DataDirArg,
+        #[command(flatten)]
+        worker: WorkerConfigPath,
         #[command(flatten)]
         tenant: TenantArg,
         #[arg(long)]
@@ -237,9 +189,15 @@ enum TopicsCommand {
 }
 
 fn host_keys_help() -> String {
+    use crate::config::keys::KeyDefault;
     let mut text = String::from("Connector config keys read by the host (the plugin documents its own):\n");
-    for (key, default, doc) in HOST_KEYS {
-        text.push_str(&format!("  {key:<28} {doc} [default: {default}]\n"));
+    for key in HOST_KEYS {
+        let default = match key.default {
+            KeyDefault::Required => "required".to_string(),
+            KeyDefault::Value(value) => format!("default: {value}"),
+            KeyDefault::Unset(words) => format!("default: {words}"),
+        };
+        text.push_str(&format!("  {:<32} {} [{default}]\n", key.name, key.documentation));
     }
     text
 }
@@ -248,7 +206,13 @@ fn host_keys_help() -> String {
 const CONFIG_ERROR: u8 = 2;
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    main_with_args(std::env::args_os())
+}
+
+/// The command line with these arguments (the first is the program name): the benchmark
+/// binary runs `sluice run` in a child process through this.
+pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let cli = Cli::parse_from(args);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
@@ -284,47 +248,47 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             run(&data.data_dir, &plugins.plugin_path, worker.load()?, &connectors).await
         }
         Command::HashToken { token } => {
-            println!("{}", crate::tenants::hash_token(&token));
+            println!("{}", crate::config::hash_token(&token));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugins { plugins, data, json } => list_plugins(&plugins.plugin_path, &data.data_dir, json).await,
-        Command::Offsets { connector, data, tenant, json, delete: None } => {
-            offsets(&tenant.tenant, &connector, &data.data_dir, json)
+        Command::Plugins { plugins, data, json } => list_plugins(&plugins.plugin_path, &data.dir(), json).await,
+        Command::Offsets { connector, data, worker, tenant, json, delete: None } => {
+            offsets(&worker.existing_stores(&data)?, &tenant.tenant, &connector, json)
         }
-        Command::Offsets { connector, data, tenant, delete: Some(partition), .. } => {
-            delete_offset(&tenant.tenant, &connector, &data.data_dir, &partition)
+        Command::Offsets { connector, data, worker, tenant, delete: Some(partition), .. } => {
+            delete_offset(&data, &worker, &tenant.tenant, &connector, &partition)
         }
         Command::Demo { data, plugins, dir } => {
-            let file = crate::demo::prepare(&dir)?;
+            let file = demo::prepare(&dir)?;
             eprintln!(
                 "streaming {}/inbox with file-pulse: drop more files there; finished files move to {}/done",
                 dir.display(),
                 dir.display()
             );
             eprintln!("then: sluice topics read lines | head   (records)   sluice offsets file-pulse-demo   (offsets)");
-            run(&data.data_dir, &plugins.plugin_path, crate::tenants::Tenants::default(), &[file]).await
+            run(&data.data_dir, &plugins.plugin_path, WorkerConfig::default(), &[file]).await
         }
         Command::New { what: NewCommand::Connector { name, lang, dir } } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-            for file in crate::scaffold::new_connector(&name, lang, &dir)? {
+            for file in scaffold::new_connector(&name, lang, &dir)? {
                 println!("created {}", file.display());
             }
             println!("\nnext, in {}:", dir.display());
-            for step in crate::scaffold::build_steps(lang, &name) {
+            for step in scaffold::build_steps(lang, &name) {
                 println!("  {step}");
             }
             println!("  sluice run --plugin-path . connector.json");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Topics { command: TopicsCommand::List { data, tenant } } => {
-            let db = Embedded::open_existing(&data.data_dir)?;
-            for (topic, count) in db.topics(&tenant.tenant)? {
+        Command::Topics { command: TopicsCommand::List { data, worker, tenant } } => {
+            let stores = worker.existing_stores(&data)?;
+            for (topic, count) in stores.local().topics(&tenant.tenant)? {
                 println!("{topic}\t{count}");
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Topics { command: TopicsCommand::Read { topic, data, tenant, json, from } } => {
-            match read_topic(&data.data_dir, &tenant.tenant, &topic, json, from) {
+        Command::Topics { command: TopicsCommand::Read { topic, data, worker, tenant, json, from } } => {
+            match read_topic(&worker.existing_stores(&data)?, &tenant.tenant, &topic, json, from) {
                 // `sluice topics read t | head` is fine.
                 Err(e)
                     if e.downcast_ref::<std::io::Error>()
@@ -335,43 +299,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 other => other,
             }
         }
-        Command::Bench { which: BenchCommand::Poll { plugins, records, size, batch, rounds } } => {
-            let rows = crate::bench::run(&plugins.plugin_path, records, size, batch, rounds).await?;
-            crate::bench::print_table(&rows, size, batch);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench { which: BenchCommand::Fairness { plugins, busy_plugin, busy, seconds, rate } } => {
-            let (alone, beside) =
-                crate::bench::fairness(&plugins.plugin_path, &busy_plugin, busy, seconds, rate).await?;
-            let limit = if rate == 0 { "unlimited".to_string() } else { format!("{rate}/s") };
-            println!(
-                "fairness: counter (rate {limit}) alone, then beside {busy} busy-looping plugins, {seconds} s each"
-            );
-            println!("{:<28} {:>12}", "run", "records/s");
-            println!("{:<28} {:>12.0}", "alone", alone);
-            println!("{:<28} {:>12.0}", format!("beside {busy} busy plugins"), beside);
-            println!("ratio beside/alone: {:.2}", beside / alone);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench { which: BenchCommand::Languages { plugins, seconds, instantiations } } => {
-            let rows = crate::bench::languages(&plugins.plugin_path, seconds, instantiations).await?;
-            crate::bench::print_languages_table(&rows);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench { which: BenchCommand::Files { plugins, mib } } => {
-            let rows = crate::bench::files(&plugins.plugin_path, mib).await?;
-            crate::bench::print_files_table(&rows);
-            Ok(ExitCode::SUCCESS)
-        }
     }
 }
 
-async fn run(
-    data_dir: &Path,
-    plugin_path: &Path,
-    tenants: crate::tenants::Tenants,
-    files: &[PathBuf],
-) -> anyhow::Result<ExitCode> {
+async fn run(data_dir: &Path, plugin_path: &Path, worker: WorkerConfig, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let mut configs: Vec<ConnectorConfig> = Vec::new();
     for file in files {
         let config = match ConnectorConfig::from_file(file) {
@@ -385,8 +316,8 @@ async fn run(
         }
         configs.push(config);
     }
-    let _lock = DataDirLock::acquire(data_dir)?;
-    let herder = Herder::open_with_tenants(data_dir, plugin_path, tenants).await?;
+    let _lock = DataDir::new(data_dir).lock()?;
+    let herder = Herder::open_with_config(worker, data_dir, plugin_path).await?;
     for config in &configs {
         if let Err(e) = herder.validate(config).await {
             return Ok(config_error(&e));
@@ -426,7 +357,7 @@ async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<()>
                     let now = Instant::now();
                     let (before, at) = last.insert(format!("{}/{}", ns.tenant, ns.connector), (total, now)).unwrap_or((0, started));
                     let rate = if now > at { (total - before) as f64 / (now - at).as_secs_f64() } else { 0.0 };
-                    let running = status.tasks.iter().filter(|t| t.state == crate::status::State::Running).count();
+                    let running = status.tasks.iter().filter(|t| t.state == crate::storage::State::Running).count();
                     parts.push(format!("{} {} {running}/{} tasks {total} records {rate:.0}/s", status.name, status.connector.state, status.tasks.len()));
                 }
                 if live {
@@ -443,16 +374,17 @@ async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<()>
     Ok(())
 }
 
-async fn list_plugins(plugin_path: &Path, data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+async fn list_plugins(plugin_path: &Path, data_dir: &DataDir, json: bool) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new()?;
-    let registry = Registry::load(&runtime, plugin_path, &data_dir.join("compiled")).await?;
+    let registry = Registry::load(&runtime, plugin_path, &data_dir.compile_cache()).await?;
     if json {
         let plugins: Vec<_> = registry
             .plugins
             .values()
             .map(|p| json!({"name": p.name, "version": p.version, "file": p.file, "config": p.config_def}))
             .collect();
-        println!("{}", json!({"plugins": plugins, "rejected": registry.rejected}));
+        let host: Vec<ConfigKeyInfo> = HOST_KEYS.iter().map(ConfigKeyInfo::from).collect();
+        println!("{}", json!({"plugins": plugins, "rejected": registry.rejected, "host_config": host}));
     } else {
         println!("{:<20} {:<16} FILE", "NAME", "VERSION");
         for plugin in registry.plugins.values() {
@@ -465,9 +397,8 @@ async fn list_plugins(plugin_path: &Path, data_dir: &Path, json: bool) -> anyhow
     Ok(ExitCode::SUCCESS)
 }
 
-fn offsets(tenant: &str, connector: &str, data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let db = Embedded::open_existing(data_dir)?;
-    let offsets = db.all_offsets(&Namespace::new(tenant, connector))?;
+fn offsets(stores: &Stores, tenant: &str, connector: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let offsets = stores.offsets().all_offsets(&Namespace::new(tenant, connector))?;
     if json {
         let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or(serde_json::Value::Null);
         let list: Vec<_> = offsets.iter().map(|(p, o)| json!({"partition": parse(p), "offset": parse(o)})).collect();
@@ -480,17 +411,23 @@ fn offsets(tenant: &str, connector: &str, data_dir: &Path, json: bool) -> anyhow
     Ok(ExitCode::SUCCESS)
 }
 
-fn delete_offset(tenant: &str, connector: &str, data_dir: &Path, partition: &str) -> anyhow::Result<ExitCode> {
-    let partition = match crate::records::canonical_object(partition) {
+fn delete_offset(
+    data: &DataDirArg,
+    worker: &WorkerConfigPath,
+    tenant: &str,
+    connector: &str,
+    partition: &str,
+) -> anyhow::Result<ExitCode> {
+    let partition = match crate::storage::json::canonical_object(partition) {
         Ok(partition) => partition,
         Err(e) => {
             eprintln!("error: --delete: the partition is {e}");
             return Ok(ExitCode::from(CONFIG_ERROR));
         }
     };
-    let _lock = DataDirLock::acquire(data_dir)?;
-    let db = Embedded::open_existing(data_dir)?;
-    if db.delete_offset(&Namespace::new(tenant, connector), &partition)? {
+    let _lock = data.dir().lock()?;
+    let stores = worker.existing_stores(data)?;
+    if stores.offsets().delete_offset(&Namespace::new(tenant, connector), &partition)? {
         println!("deleted the offset of {partition}: it will be read from the start");
         Ok(ExitCode::SUCCESS)
     } else {
@@ -499,32 +436,13 @@ fn delete_offset(tenant: &str, connector: &str, data_dir: &Path, partition: &str
     }
 }
 
-/// An exclusive lock on the data directory: one `sluice run` per directory, and no
-/// offset edits under a running connector.
-struct DataDirLock(#[allow(dead_code)] std::fs::File);
-
-impl DataDirLock {
-    fn acquire(data_dir: &Path) -> anyhow::Result<DataDirLock> {
-        std::fs::create_dir_all(data_dir)?;
-        let path = data_dir.join("sluice.lock");
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
-        match file.try_lock() {
-            Ok(()) => Ok(DataDirLock(file)),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                anyhow::bail!("another sluice process is using {}; stop it first", data_dir.display())
-            }
-            Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
-        }
-    }
-}
-
-fn read_topic(data_dir: &Path, tenant: &str, topic: &str, json: bool, from: u64) -> anyhow::Result<ExitCode> {
+fn read_topic(stores: &Stores, tenant: &str, topic: &str, json: bool, from: u64) -> anyhow::Result<ExitCode> {
     use std::io::Write;
-    let db = Embedded::open_existing(data_dir)?;
+    let log = stores.local();
     let mut out = std::io::stdout().lock();
     let mut next = from;
     loop {
-        let page = db.read(tenant, topic, next, 10_000)?;
+        let page = log.read(tenant, topic, next, 10_000)?;
         let Some(last) = page.last() else { break };
         next = last.offset + 1;
         for stored in &page {

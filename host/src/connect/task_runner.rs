@@ -11,15 +11,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, watch};
 
-use crate::bindings::{ConnectorError, SourceRecord};
+use super::records::{Polled, check_record, check_sizes, latest_offsets};
+use super::services::{Services, stopped};
 use crate::config::{ConnectorSettings, SandboxSettings};
-use crate::destination::Destination;
-use crate::herder::{Services, stopped};
-use crate::records::{Polled, Record, check_record, latest_offsets};
-use crate::registry::Plugin;
-use crate::sandbox::{InstanceContext, Pairs, describe_connector_error, human_bytes};
-use crate::status::State;
-use crate::store::Namespace;
+use crate::destinations::Destination;
+use crate::runtime::bindings::ConnectorError;
+use crate::runtime::sandbox::{describe_connector_error, human_bytes};
+use crate::runtime::{Pairs, Plugin, PluginInstance};
+use crate::storage::{Namespace, Record, State};
 
 /// Everything one task needs, fixed for its lifetime.
 pub struct TaskSpec {
@@ -84,12 +83,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
     let services = &spec.services;
     let board = &services.board;
     let connector = &spec.namespace.connector;
-    let context = InstanceContext {
-        namespace: spec.namespace.clone(),
-        task: Some(spec.task),
-        offsets: services.offsets.clone(),
-        reconfigure: Some(spec.reconfigure.clone()),
-    };
+    let context = services.context(&spec.namespace, Some(spec.task), Some(spec.reconfigure.clone()));
     let failed = |trace: String, instance: u64| Outcome::Failed { trace, instance };
     let mut instance = match services.runtime.instantiate(spec.plugin.pre(), context, &spec.settings.sandbox).await {
         Ok(instance) => instance,
@@ -155,7 +149,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
                 })
                 .collect();
             let count = checked.len() as u64;
-            services.tenants.throttle(&spec.namespace.tenant, count).await;
+            services.rates.throttle(&spec.namespace.tenant, count).await;
             let (destination, namespace) = (spec.destination.clone(), spec.namespace.clone());
             let delivered =
                 tokio::task::spawn_blocking(move || destination.deliver(&namespace, &checked, &offsets)).await;
@@ -198,7 +192,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
 }
 
 /// Offsets of everything delivered are already durable: tell the task, then stop it.
-async fn stop_instance(instance: &mut crate::sandbox::PluginInstance, spec: &TaskSpec, id: u64) -> Outcome {
+async fn stop_instance(instance: &mut PluginInstance, spec: &TaskSpec, id: u64) -> Outcome {
     if let Some(outcome) = commit(instance, spec, id).await {
         return outcome;
     }
@@ -230,34 +224,7 @@ fn recycle_threshold(sandbox: &SandboxSettings, at_start: u64, connector: &str, 
     Some(threshold)
 }
 
-/// `sandbox.record.max.bytes` and `sandbox.batch.max.bytes`, in plain words.
-fn check_sizes(records: &[SourceRecord], sandbox: &SandboxSettings, connector: &str, task: u32) -> Result<(), String> {
-    let mut batch = 0u64;
-    for (index, record) in records.iter().enumerate() {
-        let size = (record.key.as_ref().map_or(0, Vec::len)
-            + record.value.as_ref().map_or(0, Vec::len)
-            + record.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>()) as u64;
-        if size > sandbox.record_max_bytes {
-            return Err(format!(
-                "connector '{connector}' task {task}: record {index} of {} exceeds sandbox.record.max.bytes ({})",
-                human_bytes(size),
-                human_bytes(sandbox.record_max_bytes)
-            ));
-        }
-        batch += size + (record.partition.len() + record.offset.len()) as u64;
-    }
-    if batch > sandbox.batch_max_bytes {
-        return Err(format!(
-            "connector '{connector}' task {task}: poll batch of {} records, {}, exceeds sandbox.batch.max.bytes ({})",
-            records.len(),
-            human_bytes(batch),
-            human_bytes(sandbox.batch_max_bytes)
-        ));
-    }
-    Ok(())
-}
-
-async fn commit(instance: &mut crate::sandbox::PluginInstance, spec: &TaskSpec, id: u64) -> Option<Outcome> {
+async fn commit(instance: &mut PluginInstance, spec: &TaskSpec, id: u64) -> Option<Outcome> {
     match instance.commit().await {
         Err(e) => Some(Outcome::Failed { trace: e.to_string(), instance: id }),
         Ok(Err(ConnectorError::Retriable(m))) => {

@@ -3,21 +3,25 @@
 //! committed ahead of its records.
 //!
 //! - `local`: the embedded log; records and offsets in one transaction (exactly-once).
-//! - `stdout`: JSON lines; offsets commit after the lines are flushed (at-least-once).
+//! - `stdout`: JSON lines ([`json`]); offsets commit after the lines are flushed
+//!   (at-least-once).
+//!
+//! Uses the config and storage layers.
+
+pub mod json;
 
 use std::io::Write;
 use std::sync::Arc;
 
 use crate::config::DestinationKind;
-use crate::records::{Record, write_record_json};
-use crate::store::{Namespace, OffsetStore, RecordLog};
+use crate::storage::{Namespace, OffsetStore, Record, RecordLog, Stores};
 
 pub trait Destination: Send + Sync {
     fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()>;
 }
 
 pub struct Local {
-    pub log: Arc<dyn RecordLog>,
+    log: Arc<dyn RecordLog>,
 }
 
 impl Destination for Local {
@@ -27,7 +31,7 @@ impl Destination for Local {
 }
 
 pub struct Stdout {
-    pub offsets: Arc<dyn OffsetStore>,
+    offsets: Arc<dyn OffsetStore>,
 }
 
 impl Destination for Stdout {
@@ -36,7 +40,7 @@ impl Destination for Stdout {
             let mut out = std::io::stdout().lock();
             let mut out = std::io::BufWriter::with_capacity(256 << 10, &mut out);
             for record in records {
-                write_record_json(&mut out, record)?;
+                json::write_record_json(&mut out, record)?;
             }
             out.flush()?;
         }
@@ -44,9 +48,10 @@ impl Destination for Stdout {
     }
 }
 
-pub fn for_kind(kind: DestinationKind, log: Arc<dyn RecordLog>, offsets: Arc<dyn OffsetStore>) -> Arc<dyn Destination> {
+/// The destination of a connector, committing into the worker's stores.
+pub fn for_kind(kind: DestinationKind, stores: &Stores) -> Arc<dyn Destination> {
     match kind {
-        DestinationKind::Local => Arc::new(Local { log }),
-        DestinationKind::Stdout => Arc::new(Stdout { offsets }),
+        DestinationKind::Local => Arc::new(Local { log: stores.local().clone() }),
+        DestinationKind::Stdout => Arc::new(Stdout { offsets: stores.offsets().clone() }),
     }
 }

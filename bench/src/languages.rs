@@ -1,0 +1,139 @@
+//! `sluice-bench languages`: per language (Rust, Python, JavaScript connectors), component
+//! size, cold compile, cached load, instantiation and records/s through `poll`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sluice::config::{SandboxSettings, StorageConfig};
+use sluice::runtime::{InstanceContext, Registry, Runtime};
+use sluice::storage::{DataDir, Namespace, Stores};
+
+/// One row of `sluice-bench languages`.
+pub struct LanguageRow {
+    pub plugin: &'static str,
+    pub language: &'static str,
+    pub size: u64,
+    pub cold_compile: Duration,
+    pub cached_load: Duration,
+    /// Median of the instantiations.
+    pub instantiate: Duration,
+    pub records_per_second: f64,
+    /// Mean value size of the polled records.
+    pub value_bytes: f64,
+}
+
+/// The shipped connector of each language, with its config for ~1 KiB records as fast as
+/// `poll` can make them.
+type KeyValues = &'static [(&'static str, &'static str)];
+
+const LANGUAGE_PLUGINS: &[(&str, &str, KeyValues)] = &[
+    ("counter", "Rust", &[("topic", "bench"), ("record.size", "1024"), ("batch.size", "500")]),
+    (
+        "sensor-fleet",
+        "Python",
+        &[("topic", "bench"), ("fleet.size", "8"), ("record.min.bytes", "1024"), ("batch.size", "500")],
+    ),
+    (
+        "ndjson-replay",
+        "JavaScript",
+        &[
+            ("topic", "bench"),
+            ("replay.loops", "0"),
+            ("replay.rate", "0"),
+            ("record.min.bytes", "1024"),
+            ("batch.size", "500"),
+        ],
+    ),
+];
+
+/// For each language's connector, in one run: component size, compile time without and
+/// with the cache, instantiation time, and records/s through one task's `poll`.
+pub async fn languages(plugin_dir: &Path, seconds: u64, instantiations: usize) -> anyhow::Result<Vec<LanguageRow>> {
+    let runtime = Runtime::new()?;
+    let scratch = std::env::temp_dir().join(format!("sluice-bench-languages-{}", std::process::id()));
+    let stores = Stores::open(&StorageConfig::default(), &DataDir::new(&scratch))?;
+    let mut rows = Vec::new();
+    for &(plugin, language, config) in LANGUAGE_PLUGINS {
+        // A folder holding only this plugin, so each load times one component.
+        let folder = scratch.join(plugin);
+        std::fs::create_dir_all(&folder)?;
+        let file = plugin_dir.join(format!("{plugin}.wasm"));
+        std::fs::copy(&file, folder.join(format!("{plugin}.wasm"))).with_context(|| file.display().to_string())?;
+        let cache = DataDir::new(&scratch).compile_cache();
+        let cold = Registry::load(&runtime, &folder, &cache).await?;
+        let warm = Registry::load(&runtime, &folder, &cache).await?;
+        let (Some(cold), Some(warm)) = (cold.get(plugin), warm.get(plugin)) else {
+            anyhow::bail!("{plugin}.wasm was rejected: see `sluice plugins --plugin-path {}`", plugin_dir.display());
+        };
+        anyhow::ensure!(!cold.from_cache && warm.from_cache, "{plugin}: the compile cache did not behave");
+
+        let context = || InstanceContext {
+            namespace: Namespace::new("bench", plugin),
+            task: None,
+            offsets: stores.offsets().clone(),
+            reconfigure: None,
+        };
+        // Room for the guest toolchains' growing memory (see `sandbox.memory.recycle.percent`)
+        // over the measured seconds, so no recycling is timed.
+        let settings = SandboxSettings { memory_max_bytes: 1 << 30, ..SandboxSettings::default() };
+        let mut times = Vec::with_capacity(instantiations);
+        for _ in 0..instantiations.max(1) {
+            let started = Instant::now();
+            let instance = runtime.instantiate(warm.pre(), context(), &settings).await?;
+            times.push(started.elapsed());
+            drop(instance);
+        }
+        times.sort();
+
+        let pairs: Vec<(String, String)> = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut connector = runtime.instantiate(warm.pre(), context(), &settings).await?;
+        connector.connector_start(&pairs).await?.map_err(|e| anyhow::anyhow!("{plugin} start: {e:?}"))?;
+        let task_config = connector.task_configs(1).await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let task_config = task_config.into_iter().next().context("no task config")?;
+        let mut task = runtime.instantiate(warm.pre(), context(), &settings).await?;
+        task.task_start(&task_config).await?.map_err(|e| anyhow::anyhow!("{plugin} task start: {e:?}"))?;
+        task.poll().await?.map_err(|e| anyhow::anyhow!("{e:?}"))?; // warm-up
+        let (mut records, mut value_bytes) = (0u64, 0u64);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(seconds) {
+            let polled = task.poll().await.with_context(|| format!("{plugin} after {records} records"))?;
+            let polled = polled.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            anyhow::ensure!(!polled.is_empty(), "{plugin} stopped producing records");
+            records += polled.len() as u64;
+            value_bytes += polled.iter().map(|r| r.value.as_ref().map_or(0, Vec::len) as u64).sum::<u64>();
+        }
+        rows.push(LanguageRow {
+            plugin,
+            language,
+            size: std::fs::metadata(&file)?.len(),
+            cold_compile: cold.compile_time,
+            cached_load: warm.compile_time,
+            instantiate: times[times.len() / 2],
+            records_per_second: records as f64 / started.elapsed().as_secs_f64(),
+            value_bytes: value_bytes as f64 / records.max(1) as f64,
+        });
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(rows)
+}
+
+pub fn print_languages_table(rows: &[LanguageRow]) {
+    println!(
+        "| language | plugin | component size | cold compile | cached load | instantiation | poll records/s (value bytes) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for row in rows {
+        println!(
+            "| {} | {} | {:.1} MB | {:.0} ms | {:.1} ms | {:.0} µs | {:.0} ({:.0}) |",
+            row.language,
+            row.plugin,
+            row.size as f64 / 1e6,
+            row.cold_compile.as_secs_f64() * 1e3,
+            row.cached_load.as_secs_f64() * 1e3,
+            row.instantiate.as_secs_f64() * 1e6,
+            row.records_per_second,
+            row.value_bytes,
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! `sluice-bench`: Sluice's benchmarks, each printing a table with its native baseline
+//! measured in the same run. A separate binary, so the `sluice` binary links no example
+//! plugin and knows no test fixture.
+//!
+//! ```sh
+//! cargo run --release -p sluice-bench -- poll        # counter: component vs native
+//! cargo run --release -p sluice-bench -- files       # file-pulse to local and stdout vs native
+//! cargo run --release -p sluice-bench -- fairness    # counter alone vs beside busy plugins
+//! cargo run --release -p sluice-bench -- languages   # Rust, Python and JavaScript connectors
+//! ```
+
+mod fairness;
+mod files;
+mod languages;
+mod poll;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// The argument that makes this binary act as `sluice` (for the child `sluice run` of
+/// `files`, so the benchmark needs no other binary).
+const SLUICE_CLI: &str = "sluice";
+
+#[derive(Parser)]
+#[command(name = "sluice-bench", about = "Sluice's benchmarks, each beside its native baseline")]
+struct Cli {
+    #[command(subcommand)]
+    which: Bench,
+}
+
+#[derive(clap::Args)]
+struct PluginPath {
+    /// The plugin folder. Defaults to the folder where `cargo build` puts this
+    /// repository's plugins.
+    #[arg(long, env = "SLUICE_PLUGIN_PATH", default_value = sluice::BUILT_PLUGINS)]
+    plugin_path: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Records/s through a task's poll: the counter plugin as a component vs the same
+    /// code compiled natively.
+    Poll {
+        #[command(flatten)]
+        plugins: PluginPath,
+        #[arg(long, default_value_t = 500_000)]
+        records: u64,
+        /// Bytes per record value.
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Records per poll.
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+    },
+    /// Records/s of the counter connector alone, then beside busy-looping plugins.
+    Fairness {
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// The busy plugin (the test fixture `hostile`, built by `cargo build`).
+        #[arg(long, default_value_os_t = default_busy_plugin())]
+        busy_plugin: PathBuf,
+        /// How many busy neighbours.
+        #[arg(long, default_value_t = 4)]
+        busy: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// The counter's rate limit in records/s; 0 is as fast as it can.
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+    },
+    /// Per language (Rust, Python, JavaScript connectors): component size, cold compile,
+    /// cached load, instantiation time and records/s through poll with ~1 KiB records.
+    Languages {
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// Seconds of polling per connector.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Instantiations timed per connector (the median is shown).
+        #[arg(long, default_value_t = 20)]
+        instantiations: usize,
+    },
+    /// MB/s streaming one file of 100-byte lines with file-pulse, to the local destination
+    /// and to stdout, beside a native loop reading the same file.
+    Files {
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// File size in MiB.
+        #[arg(long, default_value_t = 1024)]
+        mib: u64,
+    },
+}
+
+/// The build puts the test fixtures beside the shipped plugins (`target/test-plugins`).
+fn default_busy_plugin() -> PathBuf {
+    Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins").join("hostile.wasm")
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == SLUICE_CLI) {
+        let program = args.next().unwrap_or_default();
+        return sluice::cli::main_with_args(std::iter::once(program).chain(args.skip(1)));
+    }
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match runtime.block_on(bench(cli.which)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn bench(which: Bench) -> anyhow::Result<()> {
+    match which {
+        Bench::Poll { plugins, records, size, batch, rounds } => {
+            let rows = poll::poll(&plugins.plugin_path, records, size, batch, rounds).await?;
+            poll::print_table(&rows, size, batch);
+        }
+        Bench::Fairness { plugins, busy_plugin, busy, seconds, rate } => {
+            let (alone, beside) = fairness::fairness(&plugins.plugin_path, &busy_plugin, busy, seconds, rate).await?;
+            let limit = if rate == 0 { "unlimited".to_string() } else { format!("{rate}/s") };
+            println!(
+                "fairness: counter (rate {limit}) alone, then beside {busy} busy-looping plugins, {seconds} s each"
+            );
+            println!("{:<28} {:>12}", "run", "records/s");
+            println!("{:<28} {:>12.0}", "alone", alone);
+            println!("{:<28} {:>12.0}", format!("beside {busy} busy plugins"), beside);
+            println!("ratio beside/alone: {:.2}", beside / alone);
+        }
+        Bench::Languages { plugins, seconds, instantiations } => {
+            let rows = languages::languages(&plugins.plugin_path, seconds, instantiations).await?;
+            languages::print_languages_table(&rows);
+        }
+        Bench::Files { plugins, mib } => {
+            let rows = files::files(&plugins.plugin_path, mib).await?;
+            files::print_files_table(&rows);
+        }
+    }
+    Ok(())
+}

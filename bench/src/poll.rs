@@ -1,0 +1,123 @@
+//! `sluice-bench poll`: records per second through a task's `poll` for the `counter`
+//! example plugin as a sandboxed component, beside the same generator code compiled
+//! natively and turned into the same record type, in one run, and the ratio.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sluice::config::{SandboxSettings, StorageConfig};
+use sluice::runtime::bindings::SourceRecord;
+use sluice::runtime::{InstanceContext, Registry, Runtime};
+use sluice::storage::{DataDir, Namespace, Stores};
+
+pub struct BenchRow {
+    pub path: &'static str,
+    pub records: u64,
+    pub elapsed: Duration,
+    pub bytes: u64,
+}
+
+impl BenchRow {
+    pub fn records_per_second(&self) -> f64 {
+        self.records as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Runs `rounds` alternating rounds of each path and keeps each path's best round (the
+/// least disturbed by the rest of the machine).
+pub async fn poll(
+    plugin_dir: &Path,
+    records: u64,
+    size: usize,
+    batch: usize,
+    rounds: u32,
+) -> anyhow::Result<Vec<BenchRow>> {
+    let runtime = Runtime::new()?;
+    let scratch = DataDir::new(std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id())));
+    let stores = Stores::open(&StorageConfig::default(), &scratch)?;
+    let registry = Registry::load(&runtime, plugin_dir, &scratch.compile_cache()).await?;
+    let plugin = registry.get("counter").with_context(|| format!("no counter.wasm in {}", plugin_dir.display()))?;
+    let config: Vec<(String, String)> =
+        [("topic", "bench".to_string()), ("record.size", size.to_string()), ("batch.size", batch.to_string())]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+
+    let mut best: [Option<BenchRow>; 2] = [None, None];
+    for _ in 0..rounds.max(1) {
+        let native = native_round(records, size, batch);
+        let context = InstanceContext {
+            namespace: Namespace::new("bench", "bench"),
+            task: None,
+            offsets: stores.offsets().clone(),
+            reconfigure: None,
+        };
+        let mut instance = runtime.instantiate(plugin.pre(), context, &SandboxSettings::default()).await?;
+        instance.task_start(&config).await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let started = Instant::now();
+        let (mut count, mut bytes) = (0u64, 0u64);
+        while count < records {
+            let polled = instance.poll().await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            count += polled.len() as u64;
+            bytes += polled.iter().map(record_bytes).sum::<u64>();
+        }
+        let component = BenchRow { path: "component", records: count, elapsed: started.elapsed(), bytes };
+        for (slot, row) in best.iter_mut().zip([native, component]) {
+            if slot.as_ref().is_none_or(|b| row.records_per_second() > b.records_per_second()) {
+                *slot = Some(row);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(scratch.root());
+    Ok(best.into_iter().flatten().collect())
+}
+
+fn record_bytes(record: &SourceRecord) -> u64 {
+    (record.value.as_ref().map_or(0, Vec::len)
+        + record.partition.len()
+        + record.offset.len()
+        + record.topic.as_ref().map_or(0, String::len)) as u64
+}
+
+fn native_round(records: u64, size: usize, batch: usize) -> BenchRow {
+    let started = Instant::now();
+    let (mut count, mut bytes, mut next) = (0u64, 0u64, 0u64);
+    while count < records {
+        let polled: Vec<SourceRecord> = counter::generator::batch(0, next, batch, 0, size)
+            .into_iter()
+            .map(|g| SourceRecord {
+                partition: g.partition,
+                offset: g.offset,
+                topic: Some("bench".to_string()),
+                key: None,
+                value: Some(g.value),
+                headers: Vec::new(),
+                timestamp: None,
+            })
+            .collect();
+        let polled = std::hint::black_box(polled);
+        next += polled.len() as u64;
+        count += polled.len() as u64;
+        bytes += polled.iter().map(record_bytes).sum::<u64>();
+    }
+    BenchRow { path: "native", records: count, elapsed: started.elapsed(), bytes }
+}
+
+pub fn print_table(rows: &[BenchRow], size: usize, batch: usize) {
+    println!("poll throughput, {size}-byte values, {batch} records per poll (best of the rounds)");
+    println!("{:<10} {:>10} {:>9} {:>12} {:>9}", "path", "records", "seconds", "records/s", "MB/s");
+    for row in rows {
+        println!(
+            "{:<10} {:>10} {:>9.3} {:>12.0} {:>9.1}",
+            row.path,
+            row.records,
+            row.elapsed.as_secs_f64(),
+            row.records_per_second(),
+            row.bytes as f64 / row.elapsed.as_secs_f64() / 1e6
+        );
+    }
+    if let [native, component] = rows {
+        println!("ratio component/native: {:.2}", component.records_per_second() / native.records_per_second());
+    }
+}

@@ -1,0 +1,36 @@
+//! The benchmark binary runs end to end on small inputs and prints its tables (the
+//! figures themselves are not asserted: speed is measured, never tested).
+
+use std::process::{Command, Output};
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice-bench")).args(args).env("SLUICE_LOG", "warn").output().unwrap()
+}
+
+fn table(output: Output) -> String {
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn poll_prints_both_paths_and_the_ratio() {
+    let table = table(bench(&["poll", "--records", "2000", "--rounds", "1"]));
+    assert!(table.lines().any(|l| l.starts_with("native ")), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("component ")), "{table}");
+    assert!(table.contains("ratio component/native: "), "{table}");
+}
+
+#[test]
+fn files_prints_native_local_and_stdout() {
+    let table = table(bench(&["files", "--mib", "2"]));
+    for path in ["native ", "local ", "stdout "] {
+        assert!(table.lines().any(|l| l.starts_with(path)), "{path}: {table}");
+    }
+}
+
+#[test]
+fn fairness_prints_both_runs_and_the_ratio() {
+    let table = table(bench(&["fairness", "--busy", "1", "--seconds", "1"]));
+    assert!(table.lines().any(|l| l.starts_with("alone ")), "{table}");
+    assert!(table.contains("ratio beside/alone: "), "{table}");
+}

@@ -1,0 +1,169 @@
+//! Connector configs: Kafka Connect's JSON shape (`{"name": ..., "config": {...}}`). Every
+//! error names where the config came from, the key and the reason, so `sluice run` can
+//! print it on one line.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::keys::{CONNECTOR_CLASS, ConnectorSettings, NAME, TENANT};
+use super::worker::DEFAULT_TENANT;
+
+/// A config problem: `<source>: <key>: <reason>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file or connector the config came from.
+    pub source: String,
+    /// The key at fault, if one is.
+    pub key: Option<String>,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.key {
+            Some(key) => write!(f, "{}: {key}: {}", self.source, self.reason),
+            None => write!(f, "{}: {}", self.source, self.reason),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A named connector config, as in Kafka Connect (every value a string).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectorConfig {
+    pub name: String,
+    pub values: BTreeMap<String, String>,
+    /// Where it was read from, for error messages.
+    pub source: String,
+}
+
+impl ConnectorConfig {
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let source = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            source: source.clone(),
+            key: None,
+            reason: format!("cannot read: {e}"),
+        })?;
+        Self::from_json(&text, &source)
+    }
+
+    /// Parses `{"name": "...", "config": {...}}`. Numbers and booleans are accepted as
+    /// values and kept as their text, since hand-written files often have `"tasks.max": 2`.
+    pub fn from_json(text: &str, source: &str) -> Result<Self, ConfigError> {
+        let error = |key: Option<&str>, reason: String| ConfigError {
+            source: source.to_string(),
+            key: key.map(String::from),
+            reason,
+        };
+        let value: Value = serde_json::from_str(text).map_err(|e| error(None, format!("malformed JSON: {e}")))?;
+        let Value::Object(top) = value else {
+            return Err(error(None, "expected a JSON object {\"name\": ..., \"config\": {...}}".into()));
+        };
+        let Some(config) = top.get("config") else {
+            return Err(error(Some("config"), "missing: expected {\"name\": ..., \"config\": {...}}".into()));
+        };
+        let Value::Object(config) = config else {
+            return Err(error(Some("config"), "must be a JSON object of string values".into()));
+        };
+        let mut values = BTreeMap::new();
+        for (key, value) in config {
+            let text = match value {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                other => return Err(error(Some(key), format!("must be a string, not {other}"))),
+            };
+            values.insert(key.clone(), text);
+        }
+        let name = match (top.get("name"), values.get("name")) {
+            (Some(Value::String(name)), _) => name.clone(),
+            (None, Some(name)) => name.clone(),
+            (Some(_), _) => return Err(error(Some("name"), "must be a string".into())),
+            (None, None) => return Err(error(Some("name"), "missing".into())),
+        };
+        if name.is_empty() || name.chars().any(|c| c.is_control() || c == '/') {
+            return Err(error(Some("name"), format!("{name:?} is not a valid connector name")));
+        }
+        values.insert(NAME.into(), name.clone());
+        let config = ConnectorConfig { name, values, source: source.to_string() };
+        config.plugin()?;
+        config.settings()?;
+        Ok(config)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str)
+    }
+
+    pub fn error(&self, key: &str, reason: impl Into<String>) -> ConfigError {
+        ConfigError { source: self.source.clone(), key: Some(key.into()), reason: reason.into() }
+    }
+
+    /// The plugin this connector runs: the file stem of a `.wasm` in the plugin folder.
+    pub fn plugin(&self) -> Result<&str, ConfigError> {
+        match self.get(CONNECTOR_CLASS) {
+            None => Err(self
+                .error(CONNECTOR_CLASS, "missing: name the plugin to run (its .wasm file name without the extension)")),
+            Some("") => Err(self.error(CONNECTOR_CLASS, "empty")),
+            Some(class) => Ok(class),
+        }
+    }
+
+    /// This config with `defaults` filled in for the keys it does not set.
+    pub fn with_defaults(&self, defaults: &BTreeMap<String, String>) -> ConnectorConfig {
+        let mut config = self.clone();
+        for (key, value) in defaults {
+            config.values.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+        config
+    }
+
+    /// The tenant that owns this connector (`tenant`, default `default`).
+    pub fn tenant(&self) -> &str {
+        self.get(TENANT).unwrap_or(DEFAULT_TENANT)
+    }
+
+    /// The host's own keys, checked.
+    pub fn settings(&self) -> Result<ConnectorSettings, ConfigError> {
+        ConnectorSettings::parse(&|key| self.get(key)).map_err(|(key, reason)| self.error(key, reason))
+    }
+
+    /// The config as a plugin receives it.
+    pub fn to_pairs(&self) -> Vec<(String, String)> {
+        self.values.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(config: &str) -> Result<ConnectorConfig, ConfigError> {
+        ConnectorConfig::from_json(config, "c.json")
+    }
+
+    #[test]
+    fn kafka_connect_shape_is_accepted() {
+        let c = parse(r#"{"name":"a","config":{"connector.class":"counter","tasks.max":2,"topic":"t"}}"#).unwrap();
+        assert_eq!(c.plugin().unwrap(), "counter");
+        assert_eq!(c.settings().unwrap().tasks_max, 2);
+        assert_eq!(c.get("name"), Some("a"));
+    }
+
+    #[test]
+    fn errors_name_source_key_and_reason() {
+        let e = parse(r#"{"name":"a","config":{"connector.class":"counter","tasks.max":"0"}}"#).unwrap_err();
+        assert_eq!(e.to_string(), "c.json: tasks.max: '0' is not a positive integer");
+        let e = parse(r#"{"name":"a","config":{"tasks.max":"1"}}"#).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("connector.class"));
+        let e = parse(r#"{"name":"a","config":{"#).unwrap_err();
+        assert!(e.to_string().starts_with("c.json: malformed JSON"), "{e}");
+        let e = parse(r#"{"name":"a","config":{"connector.class":"x","sandbox.fs.read":"/no/such/dir"}}"#).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("sandbox.fs.read"));
+    }
+}

@@ -1,0 +1,466 @@
+//! The keys of a connector config that the host itself reads, each defined once in
+//! [`HOST_KEYS`] (name, type, default, documentation). Parsing takes its defaults from the
+//! table, `sluice plugins --json` and the REST API report it, `sluice run --help` prints it,
+//! and a test checks the README's key table against [`markdown_table`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// A key's type, in Kafka Connect's words (`ConfigDef.Type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    Boolean,
+    Int,
+    Long,
+    Double,
+    String,
+    List,
+    Password,
+}
+
+impl KeyType {
+    pub fn connect_name(self) -> &'static str {
+        match self {
+            KeyType::Boolean => "BOOLEAN",
+            KeyType::Int => "INT",
+            KeyType::Long => "LONG",
+            KeyType::Double => "DOUBLE",
+            KeyType::String => "STRING",
+            KeyType::List => "LIST",
+            KeyType::Password => "PASSWORD",
+        }
+    }
+}
+
+/// What a key is when a config does not set it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyDefault {
+    /// The config must set it.
+    Required,
+    /// This value.
+    Value(&'static str),
+    /// Unset has a meaning that is not one value; said in words.
+    Unset(&'static str),
+}
+
+/// One host key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostKey {
+    pub name: &'static str,
+    pub type_: KeyType,
+    pub default: KeyDefault,
+    pub documentation: &'static str,
+}
+
+pub const NAME: &str = "name";
+pub const CONNECTOR_CLASS: &str = "connector.class";
+pub const TENANT: &str = "tenant";
+pub const TASKS_MAX: &str = "tasks.max";
+pub const DESTINATION: &str = "destination";
+pub const MONITOR_INTERVAL_MS: &str = "monitor.interval.ms";
+pub const OFFSET_FLUSH_INTERVAL_MS: &str = "offset.flush.interval.ms";
+pub const RESTART_POLICY: &str = "restart.policy";
+pub const RESTART_BACKOFF_INITIAL_MS: &str = "restart.backoff.initial.ms";
+pub const RESTART_BACKOFF_MAX_MS: &str = "restart.backoff.max.ms";
+pub const SANDBOX_FS_READ: &str = "sandbox.fs.read";
+pub const SANDBOX_FS_WRITE: &str = "sandbox.fs.write";
+pub const SANDBOX_MEMORY_MAX_BYTES: &str = "sandbox.memory.max.bytes";
+pub const SANDBOX_MEMORY_RECYCLE_PERCENT: &str = "sandbox.memory.recycle.percent";
+pub const SANDBOX_CALL_TIMEOUT_MS: &str = "sandbox.call.timeout.ms";
+pub const SANDBOX_RECORD_MAX_BYTES: &str = "sandbox.record.max.bytes";
+pub const SANDBOX_BATCH_MAX_BYTES: &str = "sandbox.batch.max.bytes";
+pub const SANDBOX_LOG_LINES_PER_SECOND: &str = "sandbox.log.lines.per.second";
+pub const SANDBOX_FUEL_PER_CALL: &str = "sandbox.fuel.per.call";
+
+/// Deadlines of the calls into a plugin when `sandbox.call.timeout.ms` is not set.
+pub const LIFECYCLE_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HOT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Every key the host reads (the plugin sees them all too, and documents its own).
+pub const HOST_KEYS: &[HostKey] = &[
+    HostKey {
+        name: NAME,
+        type_: KeyType::String,
+        default: KeyDefault::Required,
+        documentation: "connector name, unique per tenant",
+    },
+    HostKey {
+        name: CONNECTOR_CLASS,
+        type_: KeyType::String,
+        default: KeyDefault::Required,
+        documentation: "plugin to run: a `.wasm` file's name without the extension in the plugin folder",
+    },
+    HostKey {
+        name: TASKS_MAX,
+        type_: KeyType::Int,
+        default: KeyDefault::Value("1"),
+        documentation: "most tasks the connector may ask for",
+    },
+    HostKey {
+        name: DESTINATION,
+        type_: KeyType::String,
+        default: KeyDefault::Value("local"),
+        documentation: "`local` (embedded log, exactly-once) or `stdout` (JSON lines, at-least-once)",
+    },
+    HostKey {
+        name: MONITOR_INTERVAL_MS,
+        type_: KeyType::Long,
+        default: KeyDefault::Value("1000"),
+        documentation: "how often the connector's `tick()` runs",
+    },
+    HostKey {
+        name: OFFSET_FLUSH_INTERVAL_MS,
+        type_: KeyType::Long,
+        default: KeyDefault::Value("60000"),
+        documentation: "how often a task's `commit()` is called (offsets themselves are committed with every delivered batch)",
+    },
+    HostKey {
+        name: RESTART_POLICY,
+        type_: KeyType::String,
+        default: KeyDefault::Value("never"),
+        documentation: "`on-failure` restarts a FAILED connector or task after a backoff",
+    },
+    HostKey {
+        name: RESTART_BACKOFF_INITIAL_MS,
+        type_: KeyType::Long,
+        default: KeyDefault::Value("1000"),
+        documentation: "first restart delay; it doubles with each restart",
+    },
+    HostKey {
+        name: RESTART_BACKOFF_MAX_MS,
+        type_: KeyType::Long,
+        default: KeyDefault::Value("60000"),
+        documentation: "longest restart delay",
+    },
+    HostKey {
+        name: SANDBOX_FS_READ,
+        type_: KeyType::List,
+        default: KeyDefault::Unset("none"),
+        documentation: "comma-separated host directories the plugin may read, at the same path inside",
+    },
+    HostKey {
+        name: SANDBOX_FS_WRITE,
+        type_: KeyType::List,
+        default: KeyDefault::Unset("none"),
+        documentation: "comma-separated host directories the plugin may read and write, at the same path inside",
+    },
+    HostKey {
+        name: SANDBOX_MEMORY_MAX_BYTES,
+        type_: KeyType::Long,
+        default: KeyDefault::Value("67108864"),
+        documentation: "memory cap per instance (64 MiB)",
+    },
+    HostKey {
+        name: SANDBOX_MEMORY_RECYCLE_PERCENT,
+        type_: KeyType::Int,
+        default: KeyDefault::Value("75"),
+        documentation: "a task whose memory grew past this share of the cap is committed, stopped and restarted in a fresh sandbox from its offsets (guest toolchains that never free memory); `0` never",
+    },
+    HostKey {
+        name: SANDBOX_CALL_TIMEOUT_MS,
+        type_: KeyType::Long,
+        default: KeyDefault::Unset(
+            "10000 for `start`/`stop`/`validate`/`task-configs`, 5000 for `poll`/`tick`/`commit`",
+        ),
+        documentation: "deadline of each call into the plugin",
+    },
+    HostKey {
+        name: SANDBOX_RECORD_MAX_BYTES,
+        type_: KeyType::Long,
+        default: KeyDefault::Value("1048576"),
+        documentation: "largest record (key + value + headers), 1 MiB; more fails the task",
+    },
+    HostKey {
+        name: SANDBOX_BATCH_MAX_BYTES,
+        type_: KeyType::Long,
+        default: KeyDefault::Value("16777216"),
+        documentation: "largest poll batch, 16 MiB; more fails the task",
+    },
+    HostKey {
+        name: SANDBOX_LOG_LINES_PER_SECOND,
+        type_: KeyType::Int,
+        default: KeyDefault::Value("100"),
+        documentation: "a plugin's log lines and stdout/stderr lines per instance; excess dropped and counted",
+    },
+    HostKey {
+        name: SANDBOX_FUEL_PER_CALL,
+        type_: KeyType::Long,
+        default: KeyDefault::Unset("none"),
+        documentation: "fuel one call may use (needs `fuel_metering` in `sluice.toml`); used fuel shows in the task status",
+    },
+    HostKey {
+        name: TENANT,
+        type_: KeyType::String,
+        default: KeyDefault::Value("default"),
+        documentation: "the tenant that owns the connector",
+    },
+];
+
+/// The host key named `name`.
+pub fn host_key(name: &str) -> Option<&'static HostKey> {
+    HOST_KEYS.iter().find(|key| key.name == name)
+}
+
+/// The table's default of a key that has one value (a programming error otherwise, which
+/// `every_default_parses` catches).
+fn default_value(name: &str) -> &'static str {
+    match host_key(name).map(|key| key.default) {
+        Some(KeyDefault::Value(value)) => value,
+        _ => panic!("host key {name} has no default value in HOST_KEYS"),
+    }
+}
+
+/// One config key in Kafka Connect's words, as `sluice plugins --json` and the REST API
+/// report both the host's keys and a plugin's `config-def`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfigKeyInfo {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_value: Option<String>,
+    pub required: bool,
+    pub importance: String,
+    pub documentation: String,
+}
+
+impl From<&HostKey> for ConfigKeyInfo {
+    fn from(key: &HostKey) -> Self {
+        ConfigKeyInfo {
+            name: key.name.into(),
+            type_name: key.type_.connect_name().into(),
+            default_value: match key.default {
+                KeyDefault::Value(value) => Some(value.into()),
+                _ => None,
+            },
+            required: key.default == KeyDefault::Required,
+            importance: if key.default == KeyDefault::Required { "HIGH" } else { "MEDIUM" }.into(),
+            documentation: key.documentation.into(),
+        }
+    }
+}
+
+/// The README's table of host keys (checked by a test, so the two cannot drift).
+pub fn markdown_table() -> String {
+    let mut table = String::from("| key | default | meaning |\n|---|---|---|\n");
+    for key in HOST_KEYS {
+        let default = match key.default {
+            KeyDefault::Required => "required".to_string(),
+            KeyDefault::Value(value) => format!("`{value}`"),
+            KeyDefault::Unset(words) => words.to_string(),
+        };
+        table.push_str(&format!("| `{}` | {default} | {} |\n", key.name, key.documentation));
+    }
+    table
+}
+
+/// Where a connector's records go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DestinationKind {
+    /// The embedded log in the data directory; exactly-once.
+    Local,
+    /// JSON lines on standard output; at-least-once.
+    Stdout,
+}
+
+/// Whether a FAILED connector or task is restarted by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartPolicy {
+    pub enabled: bool,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl RestartPolicy {
+    /// The delay before restart number `attempt` (0-based): doubling, capped.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX);
+        self.initial_backoff.saturating_mul(factor).min(self.max_backoff)
+    }
+}
+
+/// Per-call deadlines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallTimeouts {
+    /// `start`, `stop`, `task-configs`, `validate`, instantiation.
+    pub lifecycle: Duration,
+    /// `poll`, `tick` and `commit`.
+    pub hot: Duration,
+}
+
+/// The sandbox a connector's instances run in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettings {
+    pub fs_read: Vec<PathBuf>,
+    pub fs_write: Vec<PathBuf>,
+    pub memory_max_bytes: u64,
+    pub timeouts: CallTimeouts,
+    /// Largest record (key + value + headers) a task may return.
+    pub record_max_bytes: u64,
+    /// Fuel (roughly, wasm instructions) one call may use; needs fuel metering on.
+    pub fuel_per_call: Option<u64>,
+    /// Largest poll batch.
+    pub batch_max_bytes: u64,
+    pub log_lines_per_second: u32,
+    /// A task whose memory passes this share of the cap (in percent; 0 is never) after
+    /// growing since its start is recycled: committed, stopped and started afresh.
+    pub memory_recycle_percent: u8,
+}
+
+impl Default for SandboxSettings {
+    /// The sandbox of a config that sets no key (also used to inspect plugins at load).
+    fn default() -> Self {
+        ConnectorSettings::parse(&|_| None).expect("the defaults in HOST_KEYS parse").sandbox
+    }
+}
+
+/// The keys of a connector config that the host reads, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectorSettings {
+    pub tasks_max: u32,
+    pub destination: DestinationKind,
+    pub monitor_interval: Duration,
+    pub offset_flush_interval: Duration,
+    pub restart: RestartPolicy,
+    pub sandbox: SandboxSettings,
+}
+
+/// `(key, reason)`: the caller knows where the config came from.
+pub type KeyProblem = (&'static str, String);
+
+impl ConnectorSettings {
+    /// Parses the host's keys from `get`, with the defaults of [`HOST_KEYS`].
+    pub fn parse<'a>(get: &dyn Fn(&str) -> Option<&'a str>) -> Result<Self, KeyProblem> {
+        let text = |key: &'static str| get(key).unwrap_or_else(|| default_value(key));
+        let positive = |key: &'static str| -> Result<u64, KeyProblem> {
+            let value = text(key);
+            match value.trim().parse::<u64>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err((key, format!("'{value}' is not a positive integer"))),
+            }
+        };
+        let optional_positive = |key: &'static str| -> Result<Option<u64>, KeyProblem> {
+            match get(key) {
+                None => Ok(None),
+                Some(_) => positive(key).map(Some),
+            }
+        };
+        let millis = |key: &'static str| positive(key).map(Duration::from_millis);
+        let tasks_max = positive(TASKS_MAX)?;
+        let tasks_max = u32::try_from(tasks_max).map_err(|_| (TASKS_MAX, format!("{tasks_max} is too large")))?;
+        let destination = match text(DESTINATION) {
+            "local" => DestinationKind::Local,
+            "stdout" => DestinationKind::Stdout,
+            other => return Err((DESTINATION, format!("unknown destination '{other}' (expected local or stdout)"))),
+        };
+        let restart_enabled = match text(RESTART_POLICY) {
+            "never" => false,
+            "on-failure" => true,
+            other => {
+                return Err((RESTART_POLICY, format!("unknown policy '{other}' (expected never or on-failure)")));
+            }
+        };
+        let timeouts = match optional_positive(SANDBOX_CALL_TIMEOUT_MS)? {
+            None => CallTimeouts { lifecycle: LIFECYCLE_CALL_TIMEOUT, hot: HOT_CALL_TIMEOUT },
+            Some(ms) => CallTimeouts { lifecycle: Duration::from_millis(ms), hot: Duration::from_millis(ms) },
+        };
+        let log_lines_per_second = u32::try_from(positive(SANDBOX_LOG_LINES_PER_SECOND)?)
+            .map_err(|_| (SANDBOX_LOG_LINES_PER_SECOND, "too large".to_string()))?;
+        let memory_recycle_percent = text(SANDBOX_MEMORY_RECYCLE_PERCENT)
+            .trim()
+            .parse::<u8>()
+            .ok()
+            .filter(|p| *p <= 100)
+            .ok_or((SANDBOX_MEMORY_RECYCLE_PERCENT, "must be a whole number from 0 to 100".to_string()))?;
+        let sandbox = SandboxSettings {
+            fs_read: directories(SANDBOX_FS_READ, get(SANDBOX_FS_READ))?,
+            fs_write: directories(SANDBOX_FS_WRITE, get(SANDBOX_FS_WRITE))?,
+            memory_max_bytes: positive(SANDBOX_MEMORY_MAX_BYTES)?,
+            timeouts,
+            record_max_bytes: positive(SANDBOX_RECORD_MAX_BYTES)?,
+            fuel_per_call: optional_positive(SANDBOX_FUEL_PER_CALL)?,
+            batch_max_bytes: positive(SANDBOX_BATCH_MAX_BYTES)?,
+            log_lines_per_second,
+            memory_recycle_percent,
+        };
+        Ok(ConnectorSettings {
+            tasks_max,
+            destination,
+            monitor_interval: millis(MONITOR_INTERVAL_MS)?,
+            offset_flush_interval: millis(OFFSET_FLUSH_INTERVAL_MS)?,
+            restart: RestartPolicy {
+                enabled: restart_enabled,
+                initial_backoff: millis(RESTART_BACKOFF_INITIAL_MS)?,
+                max_backoff: millis(RESTART_BACKOFF_MAX_MS)?,
+            },
+            sandbox,
+        })
+    }
+}
+
+/// A comma-separated list of existing directories, made absolute.
+fn directories(key: &'static str, list: Option<&str>) -> Result<Vec<PathBuf>, KeyProblem> {
+    let Some(list) = list else { return Ok(Vec::new()) };
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|dir| {
+            let path =
+                std::fs::canonicalize(dir).map_err(|e| (key, format!("directory '{dir}' cannot be granted: {e}")))?;
+            if !path.is_dir() {
+                return Err((key, format!("'{dir}' is not a directory")));
+            }
+            Ok(path)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_parses_and_names_are_unique() {
+        let settings = ConnectorSettings::parse(&|_| None).unwrap();
+        assert_eq!(settings.tasks_max, 1);
+        assert_eq!(settings.sandbox.memory_max_bytes, 64 << 20);
+        assert_eq!(settings.sandbox.record_max_bytes, 1 << 20);
+        assert_eq!(settings.sandbox.batch_max_bytes, 16 << 20);
+        assert_eq!(settings.sandbox.timeouts.hot, HOT_CALL_TIMEOUT);
+        let mut names: Vec<&str> = HOST_KEYS.iter().map(|k| k.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), HOST_KEYS.len());
+        for key in HOST_KEYS {
+            if let KeyDefault::Value(value) = key.default {
+                let parsed = ConnectorSettings::parse(&|k| (k == key.name).then_some(value));
+                assert!(parsed.is_ok(), "{}: {parsed:?}", key.name);
+            }
+        }
+    }
+
+    #[test]
+    fn the_readme_key_table_is_the_host_key_table() {
+        let readme = include_str!("../../../README.md");
+        let table = markdown_table();
+        assert!(
+            readme.contains(&table),
+            "README.md's table of host keys differs from HOST_KEYS; it should read:\n\n{table}"
+        );
+    }
+
+    #[test]
+    fn restart_backoff_doubles_and_caps() {
+        let p = RestartPolicy {
+            enabled: true,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(500),
+        };
+        assert_eq!(p.backoff(0), Duration::from_millis(100));
+        assert_eq!(p.backoff(2), Duration::from_millis(400));
+        assert_eq!(p.backoff(3), Duration::from_millis(500));
+        assert_eq!(p.backoff(100), Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,15 @@
+//! The config layer: what users write. Connector configs (Kafka Connect's JSON shape), the
+//! host's own connector keys (each defined once), and the worker config (`sluice.toml`).
+//!
+//! Uses nothing else of the host: every other layer may use it.
+
+mod connector;
+pub mod keys;
+mod worker;
+
+pub use connector::{ConfigError, ConnectorConfig};
+pub use keys::{
+    CONNECTOR_CLASS, CallTimeouts, ConfigKeyInfo, ConnectorSettings, DestinationKind, HOST_KEYS, RestartPolicy,
+    SandboxSettings, TASKS_MAX,
+};
+pub use worker::{DEFAULT_TENANT, Quotas, StorageConfig, StorageKind, Tenant, WorkerConfig, WorkerSandbox, hash_token};

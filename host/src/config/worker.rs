@@ -1,0 +1,232 @@
+//! The worker config (`sluice.toml`, optional), read once and never changed while the
+//! worker runs: tenants (who owns connectors, what they may grant, their quotas),
+//! worker-wide defaults for connector keys, sandbox settings, and the storage backend.
+//! Without a file every connector is in `default`, which has no limits, and storage is
+//! the embedded SQLite database.
+//!
+//! ```toml
+//! [defaults]                                        # for connectors that do not set them
+//! "sandbox.call.timeout.ms" = "2000"
+//!
+//! [sandbox]
+//! fuel_metering = true                              # CPU accounting; costs ~10% throughput
+//!
+//! [storage]
+//! kind = "sqlite"                                   # the embedded default (the only kind so far)
+//!
+//! [[tenant]]
+//! name = "acme"
+//! token_sha256 = "<hex sha256 of the API token>"   # `sluice hash-token TOKEN`
+//! roots = ["/data/acme"]                            # directories its connectors may be granted
+//! [tenant.quotas]
+//! connectors = 5
+//! tasks = 10                                        # across all its connectors
+//! memory_max_bytes = 134217728                      # per instance
+//! records_per_second = 10000                        # across all its tasks
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// The tenant of connectors that name none; unlimited unless declared.
+pub const DEFAULT_TENANT: &str = "default";
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quotas {
+    pub connectors: Option<u32>,
+    pub tasks: Option<u32>,
+    pub memory_max_bytes: Option<u64>,
+    pub records_per_second: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tenant {
+    pub name: String,
+    /// Hex SHA-256 of the tenant's API token: the token itself is never stored.
+    #[serde(default)]
+    pub token_sha256: Option<String>,
+    /// Directories (and everything under them) its connectors may be granted.
+    #[serde(default)]
+    pub roots: Vec<PathBuf>,
+    #[serde(default)]
+    pub quotas: Quotas,
+}
+
+impl Tenant {
+    /// The built-in `default` tenant: no roots, no quotas.
+    fn unlimited_default() -> Tenant {
+        Tenant { name: DEFAULT_TENANT.into(), token_sha256: None, roots: Vec::new(), quotas: Quotas::default() }
+    }
+
+    /// Whether `dir` (canonical) is inside one of the roots. The unlimited `default`
+    /// tenant without roots may grant anything.
+    pub fn may_grant(&self, dir: &Path) -> bool {
+        (self.name == DEFAULT_TENANT && self.roots.is_empty()) || self.roots.iter().any(|root| dir.starts_with(root))
+    }
+
+    pub fn roots_text(&self) -> String {
+        if self.roots.is_empty() {
+            "none".into()
+        } else {
+            self.roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
+        }
+    }
+}
+
+/// `[sandbox]`: settings of the engine every plugin shares.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerSandbox {
+    /// Whether calls consume fuel (CPU accounting, needed for `sandbox.fuel.per.call`).
+    #[serde(default)]
+    pub fuel_metering: bool,
+}
+
+/// Which backend holds offsets, configs, statuses and the local record log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StorageKind {
+    /// One SQLite database in the data directory (`sluice.db`).
+    #[default]
+    Sqlite,
+}
+
+/// `[storage]`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    #[serde(default)]
+    pub kind: StorageKind,
+}
+
+/// The file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkerFile {
+    #[serde(default)]
+    tenant: Vec<Tenant>,
+    #[serde(default)]
+    defaults: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    sandbox: WorkerSandbox,
+    #[serde(default)]
+    storage: StorageConfig,
+}
+
+/// The worker config, checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerConfig {
+    tenants: BTreeMap<String, Tenant>,
+    /// Values for connector keys a connector config does not set.
+    pub defaults: BTreeMap<String, String>,
+    pub sandbox: WorkerSandbox,
+    pub storage: StorageConfig,
+}
+
+pub fn hash_token(token: &str) -> String {
+    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl WorkerConfig {
+    /// Reads a worker config; errors name the file and what is wrong.
+    pub fn load(path: &Path) -> anyhow::Result<WorkerConfig> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<WorkerConfig> {
+        let file: WorkerFile = toml::from_str(text)?;
+        let mut tenants = BTreeMap::new();
+        for mut tenant in file.tenant {
+            anyhow::ensure!(!tenant.name.is_empty(), "a tenant has an empty name");
+            if let Some(hash) = &tenant.token_sha256 {
+                anyhow::ensure!(
+                    hash.len() == 64 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+                    "tenant {}: token_sha256 must be 64 hex digits (see `sluice hash-token`)",
+                    tenant.name
+                );
+            }
+            // Roots compare as canonical paths, like the grants they contain.
+            tenant.roots =
+                tenant.roots.iter().map(|r| std::fs::canonicalize(r).unwrap_or_else(|_| r.clone())).collect();
+            let name = tenant.name.clone();
+            anyhow::ensure!(tenants.insert(name.clone(), tenant).is_none(), "tenant {name} is declared twice");
+        }
+        let defaults = file
+            .defaults
+            .into_iter()
+            .map(|(key, value)| {
+                let text = match value {
+                    toml::Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                (key, text)
+            })
+            .collect();
+        Ok(WorkerConfig { tenants, defaults, sandbox: file.sandbox, storage: file.storage })
+    }
+
+    /// The tenant named `name`; `default` exists (unlimited) unless declared otherwise.
+    pub fn tenant(&self, name: &str) -> Option<Tenant> {
+        match self.tenants.get(name) {
+            Some(tenant) => Some(tenant.clone()),
+            None if name == DEFAULT_TENANT => Some(Tenant::unlimited_default()),
+            None => None,
+        }
+    }
+
+    /// Every declared tenant.
+    pub fn tenants(&self) -> impl Iterator<Item = &Tenant> {
+        self.tenants.values()
+    }
+
+    pub fn tenant_names(&self) -> Vec<String> {
+        self.tenants.keys().cloned().collect()
+    }
+
+    /// The tenant whose token this is.
+    pub fn authenticate(&self, token: &str) -> Option<&Tenant> {
+        let hash = hash_token(token);
+        self.tenants.values().find(|t| t.token_sha256.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(&hash)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_authenticate_and_grant() {
+        let token_hash = hash_token("s3cret");
+        let worker = WorkerConfig::parse(&format!(
+            "[[tenant]]\nname = \"acme\"\ntoken_sha256 = \"{token_hash}\"\nroots = [\"/data/acme\"]\n[tenant.quotas]\nconnectors = 2\n"
+        ))
+        .unwrap();
+        let acme = worker.tenant("acme").unwrap();
+        assert_eq!(acme.quotas.connectors, Some(2));
+        assert_eq!(worker.authenticate("s3cret").map(|t| t.name.as_str()), Some("acme"));
+        assert!(worker.authenticate("wrong").is_none());
+        assert!(acme.may_grant(Path::new("/data/acme/in")));
+        assert!(!acme.may_grant(Path::new("/data/acmex")));
+        assert!(!acme.may_grant(Path::new("/etc")));
+        assert!(worker.tenant("default").unwrap().may_grant(Path::new("/anything")));
+        assert!(worker.tenant("nobody").is_none());
+        assert!(WorkerConfig::parse("[[tenant]]\nname = \"x\"\ntoken_sha256 = \"plain\"\n").is_err());
+        assert!(WorkerConfig::parse("[[tenant]]\nname = \"x\"\nsurprise = 1\n").is_err());
+        let worker = WorkerConfig::parse(
+            "[defaults]\n\"sandbox.call.timeout.ms\" = 2000\n[sandbox]\nfuel_metering = true\n[storage]\nkind = \"sqlite\"\n",
+        )
+        .unwrap();
+        assert_eq!(worker.defaults["sandbox.call.timeout.ms"], "2000");
+        assert!(worker.sandbox.fuel_metering);
+        assert_eq!(worker.storage.kind, StorageKind::Sqlite);
+        let unknown = WorkerConfig::parse("[storage]\nkind = \"cassandra\"\n").unwrap_err();
+        assert!(format!("{unknown:#}").contains("cassandra"), "{unknown:#}");
+    }
+}

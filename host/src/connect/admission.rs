@@ -1,0 +1,137 @@
+//! Admission: whether a connector config may start. Host keys, the worker's defaults, the
+//! tenant's rules (it exists, grants stay inside its roots, quotas hold), the plugin's
+//! `config-def` (required keys, types) and the plugin's own `validate`.
+
+use std::sync::Arc;
+
+use super::services::Services;
+use crate::config::keys::{
+    CONNECTOR_CLASS, NAME, SANDBOX_FS_READ, SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES,
+    TASKS_MAX, TENANT,
+};
+use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings};
+use crate::runtime::Plugin;
+use crate::storage::Namespace;
+
+/// A connector already running, as admission sees it: its namespace and `tasks.max`.
+pub(super) type Running = (Namespace, u32);
+
+/// Checks `config` (with the worker's defaults filled in) the way `start` would.
+pub(super) async fn admit(
+    services: &Services,
+    config: &ConnectorConfig,
+    running: &[Running],
+) -> Result<(ConnectorSettings, Arc<Plugin>), ConfigError> {
+    let config = &config.with_defaults(&services.worker.defaults);
+    let mut settings = config.settings()?;
+    if settings.sandbox.fuel_per_call.is_some() && !services.runtime.fuel_metering {
+        let reason = "fuel metering is off in this worker: set [sandbox] fuel_metering = true in sluice.toml";
+        return Err(config.error(SANDBOX_FUEL_PER_CALL, reason));
+    }
+    check_tenant(services, config, &mut settings, running)?;
+    let name = config.plugin()?;
+    let registry = &services.registry;
+    let Some(plugin) = registry.get(name) else {
+        let known: Vec<&str> = registry.plugins.keys().map(String::as_str).collect();
+        return Err(config.error(
+            CONNECTOR_CLASS,
+            format!(
+                "unknown plugin '{name}': no usable {name}.wasm in {} (loaded: {})",
+                registry.dir.display(),
+                known.join(", ")
+            ),
+        ));
+    };
+    for key in &plugin.config_def {
+        match config.get(&key.name) {
+            None if key.required => {
+                return Err(config.error(&key.name, format!("required by plugin {name} ({})", key.documentation)));
+            }
+            Some(value) => check_type(value, &key.type_name).map_err(|reason| config.error(&key.name, reason))?,
+            None => {}
+        }
+    }
+    let context = services.context(&Namespace::new(config.tenant(), &config.name), None, None);
+    let mut instance = services
+        .runtime
+        .instantiate(plugin.pre(), context, &settings.sandbox)
+        .await
+        .map_err(|e| config.error(CONNECTOR_CLASS, format!("plugin {name} could not be instantiated: {e}")))?;
+    let problems = instance
+        .validate(&config.to_pairs())
+        .await
+        .map_err(|e| config.error(CONNECTOR_CLASS, format!("plugin {name} failed in validate: {e}")))?;
+    if let Some(problem) = problems.into_iter().next() {
+        return Err(config.error(&problem.key, problem.message));
+    }
+    Ok((settings, plugin.clone()))
+}
+
+/// The tenant's rules: it exists, grants stay inside its roots, and its quotas hold.
+fn check_tenant(
+    services: &Services,
+    config: &ConnectorConfig,
+    settings: &mut ConnectorSettings,
+    running: &[Running],
+) -> Result<(), ConfigError> {
+    let worker = &services.worker;
+    let Some(tenant) = worker.tenant(config.tenant()) else {
+        let declared = worker.tenant_names().join(", ");
+        return Err(config.error(TENANT, format!("unknown tenant '{}' (declared: {declared})", config.tenant())));
+    };
+    for (key, dirs) in [(SANDBOX_FS_READ, &settings.sandbox.fs_read), (SANDBOX_FS_WRITE, &settings.sandbox.fs_write)] {
+        if let Some(dir) = dirs.iter().find(|dir| !tenant.may_grant(dir)) {
+            let reason =
+                format!("'{}' is outside tenant {}'s roots ({})", dir.display(), tenant.name, tenant.roots_text());
+            return Err(config.error(key, reason));
+        }
+    }
+    let quotas = &tenant.quotas;
+    if let Some(max) = quotas.memory_max_bytes
+        && settings.sandbox.memory_max_bytes > max
+    {
+        if config.get(SANDBOX_MEMORY_MAX_BYTES).is_some() {
+            let reason = format!(
+                "{} is above tenant {}'s quota of {max} bytes per instance",
+                settings.sandbox.memory_max_bytes, tenant.name
+            );
+            return Err(config.error(SANDBOX_MEMORY_MAX_BYTES, reason));
+        }
+        settings.sandbox.memory_max_bytes = max;
+    }
+    let mine: Vec<u32> = running
+        .iter()
+        .filter(|(ns, _)| ns.tenant == tenant.name && ns.connector != config.name)
+        .map(|(_, tasks_max)| *tasks_max)
+        .collect();
+    if let Some(max) = quotas.connectors
+        && mine.len() as u32 >= max
+    {
+        return Err(
+            config.error(NAME, format!("tenant {} already runs {} connectors, its quota", tenant.name, mine.len()))
+        );
+    }
+    if let Some(max) = quotas.tasks {
+        let in_use: u32 = mine.iter().sum();
+        if in_use + settings.tasks_max > max {
+            let reason = format!(
+                "{} more tasks would exceed tenant {}'s quota of {max} tasks ({in_use} in use)",
+                settings.tasks_max, tenant.name
+            );
+            return Err(config.error(TASKS_MAX, reason));
+        }
+    }
+    Ok(())
+}
+
+/// A value against a plugin key's declared type (Kafka Connect's type names).
+fn check_type(value: &str, type_name: &str) -> Result<(), String> {
+    let ok = match type_name {
+        "INT" => value.trim().parse::<i32>().is_ok(),
+        "LONG" => value.trim().parse::<i64>().is_ok(),
+        "DOUBLE" => value.trim().parse::<f64>().is_ok(),
+        "BOOLEAN" => matches!(value.trim().to_ascii_lowercase().as_str(), "true" | "false"),
+        _ => true,
+    };
+    if ok { Ok(()) } else { Err(format!("'{value}' is not a valid {}", type_name.to_ascii_lowercase())) }
+}

@@ -1,0 +1,21 @@
+//! The connect layer: Kafka Connect's runtime. The herder's lifecycle API ([`Herder`]),
+//! admission of configs ([`admission`]), each connector's loop and its reconfigurations
+//! ([`connector`], deciding with the pure [`reconfigure::plan`]), each task's poll,
+//! deliver and commit loop ([`task_runner`]), the checks on what a plugin returns
+//! ([`records`]), the status board ([`status`]) and the tenants' rate budgets ([`limits`]).
+//!
+//! Uses the config, storage, runtime and destinations layers.
+
+mod admission;
+mod connector;
+mod herder;
+pub mod limits;
+pub mod reconfigure;
+pub mod records;
+mod services;
+pub mod status;
+mod task_runner;
+
+pub use herder::Herder;
+pub use services::Services;
+pub use status::StatusBoard;

@@ -1,0 +1,16 @@
+//! The runtime layer: running plugins. The wasmtime engine and one sandbox per instance
+//! ([`sandbox`]), the plugin folder and its compile cache ([`registry`]), the bindings
+//! generated from `wit/` ([`bindings`]), a plugin's log and stdout/stderr ([`plugin_log`]),
+//! and the rate limiter both the log and tenants use ([`rate`]).
+//!
+//! Uses the config layer and the storage traits (the offset reader reads an
+//! [`crate::storage::OffsetStore`]); knows nothing of connectors' lifecycle.
+
+pub mod bindings;
+pub mod plugin_log;
+pub mod rate;
+pub mod registry;
+pub mod sandbox;
+
+pub use registry::{Plugin, Registry, Rejected};
+pub use sandbox::{CallError, InstanceContext, Pairs, PluginInstance, Runtime};

@@ -1,0 +1,178 @@
+//! The storage layer: offsets, connector and task configs, statuses and the local record
+//! log, each behind a small trait, and [`Stores::open`], the one place that picks a backend
+//! from the worker config (as Kafka's `ConnectStandalone` picks its backing stores).
+//! Outside [`sqlite`] nothing names SQLite, so Kafka-topic-backed stores can take its place.
+//!
+//! Also owns the data directory's layout ([`DataDir`]) and the canonical JSON form of
+//! partitions and offsets ([`json`]). Uses only the config layer.
+
+pub mod json;
+mod model;
+mod sqlite;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::config::{StorageConfig, StorageKind};
+
+pub use model::{ConnectorState, ConnectorStatus, Record, State, StoredRecord, TaskStatus};
+
+/// Everything a connector owns is scoped by tenant and connector name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Namespace {
+    pub tenant: String,
+    pub connector: String,
+}
+
+impl Namespace {
+    pub fn new(tenant: impl Into<String>, connector: impl Into<String>) -> Self {
+        Namespace { tenant: tenant.into(), connector: connector.into() }
+    }
+}
+
+/// Committed source offsets. Partitions and offsets are canonical JSON text.
+pub trait OffsetStore: Send + Sync {
+    /// The committed offset of each partition, in the order asked.
+    fn offsets(&self, ns: &Namespace, partitions: &[String]) -> anyhow::Result<Vec<Option<String>>>;
+    /// Commits offsets atomically (all or none).
+    fn commit_offsets(&self, ns: &Namespace, offsets: &[(String, String)]) -> anyhow::Result<()>;
+    /// Every committed (partition, offset) of a connector, ordered by partition.
+    fn all_offsets(&self, ns: &Namespace) -> anyhow::Result<Vec<(String, String)>>;
+    /// Forgets one partition's offset; true if there was one.
+    fn delete_offset(&self, ns: &Namespace, partition: &str) -> anyhow::Result<bool>;
+}
+
+/// Connector and task configs, so that a restart knows what ran.
+pub trait ConfigStore: Send + Sync {
+    fn put_connector_config(&self, ns: &Namespace, config: &[(String, String)]) -> anyhow::Result<()>;
+    fn put_task_configs(&self, ns: &Namespace, tasks: &[Vec<(String, String)>]) -> anyhow::Result<()>;
+    fn task_configs(&self, ns: &Namespace) -> anyhow::Result<Vec<Vec<(String, String)>>>;
+}
+
+/// The last known status of every connector.
+pub trait StatusStore: Send + Sync {
+    fn put_status(&self, ns: &Namespace, status: &ConnectorStatus) -> anyhow::Result<()>;
+    fn statuses(&self, tenant: &str) -> anyhow::Result<Vec<ConnectorStatus>>;
+}
+
+/// The local destination's log. It *is* an offset store: records are appended together
+/// with the offsets they advance, in one transaction, which is what makes it exactly-once,
+/// and the offsets plugins read are the same ones.
+pub trait RecordLog: OffsetStore {
+    fn append_with_offsets(
+        &self,
+        ns: &Namespace,
+        records: &[Record],
+        offsets: &[(String, String)],
+    ) -> anyhow::Result<()>;
+    /// (topic, record count) of a tenant.
+    fn topics(&self, tenant: &str) -> anyhow::Result<Vec<(String, u64)>>;
+    /// Records of a topic from `from` (topic offset), at most `limit`.
+    fn read(&self, tenant: &str, topic: &str, from: u64, limit: usize) -> anyhow::Result<Vec<StoredRecord>>;
+}
+
+/// The stores of one worker, from one backend.
+#[derive(Clone)]
+pub struct Stores {
+    offsets: Arc<dyn OffsetStore>,
+    configs: Arc<dyn ConfigStore>,
+    statuses: Arc<dyn StatusStore>,
+    local: Arc<dyn RecordLog>,
+}
+
+impl Stores {
+    /// Opens (creating if needed) the backend the worker config names, in `data_dir`.
+    pub fn open(storage: &StorageConfig, data_dir: &DataDir) -> anyhow::Result<Stores> {
+        match storage.kind {
+            StorageKind::Sqlite => {
+                let root = data_dir.root();
+                std::fs::create_dir_all(root)
+                    .with_context(|| format!("cannot create data directory {}", root.display()))?;
+                Ok(Stores::from_backend(Arc::new(sqlite::SqliteStore::open(&data_dir.database())?)))
+            }
+        }
+    }
+
+    /// Opens the stores for the read-only commands (`sluice offsets`, `topics`): an error
+    /// when the data directory holds no data yet.
+    pub fn open_existing(storage: &StorageConfig, data_dir: &DataDir) -> anyhow::Result<Stores> {
+        match storage.kind {
+            StorageKind::Sqlite => anyhow::ensure!(
+                data_dir.database().exists(),
+                "no Sluice data in {} (no sluice.db; run `sluice run` first or pass --data-dir)",
+                data_dir.root().display()
+            ),
+        }
+        Stores::open(storage, data_dir)
+    }
+
+    /// One backend behind every store: the local log and the offset store are the same
+    /// object, so what a plugin reads is what the local destination committed.
+    fn from_backend<B: RecordLog + ConfigStore + StatusStore + 'static>(backend: Arc<B>) -> Stores {
+        Stores { offsets: backend.clone(), configs: backend.clone(), statuses: backend.clone(), local: backend }
+    }
+
+    pub fn offsets(&self) -> &Arc<dyn OffsetStore> {
+        &self.offsets
+    }
+
+    pub fn configs(&self) -> &Arc<dyn ConfigStore> {
+        &self.configs
+    }
+
+    pub fn statuses(&self) -> &Arc<dyn StatusStore> {
+        &self.statuses
+    }
+
+    /// The local destination's record log (which commits into [`Stores::offsets`]).
+    pub fn local(&self) -> &Arc<dyn RecordLog> {
+        &self.local
+    }
+}
+
+/// The data directory's layout: the embedded database, the compiled-plugin cache and the
+/// lock that keeps one worker per directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(root: impl Into<PathBuf>) -> DataDir {
+        DataDir { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The embedded SQLite database.
+    pub fn database(&self) -> PathBuf {
+        self.root.join("sluice.db")
+    }
+
+    /// Compiled plugins, keyed by content and engine.
+    pub fn compile_cache(&self) -> PathBuf {
+        self.root.join("compiled")
+    }
+
+    /// An exclusive lock on the directory: one worker per directory, and no offset edits
+    /// under a running connector. Held until the returned value is dropped.
+    pub fn lock(&self) -> anyhow::Result<DataDirLock> {
+        std::fs::create_dir_all(&self.root)?;
+        let path = self.root.join("sluice.lock");
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+        match file.try_lock() {
+            Ok(()) => Ok(DataDirLock(file)),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                anyhow::bail!("another sluice process is using {}; stop it first", self.root.display())
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+        }
+    }
+}
+
+/// See [`DataDir::lock`].
+pub struct DataDirLock(#[allow(dead_code)] std::fs::File);

@@ -1,0 +1,77 @@
+//! What the stores hold: records as the host checked them, and Kafka Connect's statuses.
+
+use serde::{Deserialize, Serialize};
+
+/// A record after the host checked it: partition and offset in canonical JSON (keys
+/// sorted, see [`super::json`]), so that equal partitions are equal strings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub topic: String,
+    pub partition: String,
+    pub offset: String,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub timestamp_ms: i64,
+}
+
+/// A record as stored in the local destination.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRecord {
+    /// Position in the topic, from 0.
+    pub offset: u64,
+    pub connector: String,
+    pub record: Record,
+}
+
+/// Kafka Connect's states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum State {
+    Unassigned,
+    Running,
+    Paused,
+    Stopped,
+    Failed,
+    Restarting,
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = serde_json::to_value(self).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        f.write_str(&text)
+    }
+}
+
+/// `{"state": ..., "worker_id": ..., "trace": ...}` as in Kafka Connect's REST API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectorState {
+    pub state: State,
+    pub worker_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    pub id: u32,
+    pub state: State,
+    pub worker_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+    /// Host-unique number of the sandbox instance running the task: it changes exactly
+    /// when the task is (re)started, which is how restarts are observed.
+    pub instance: u64,
+    /// Fuel the task's instance has used, when the worker meters fuel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuel_used: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectorStatus {
+    pub name: String,
+    pub connector: ConnectorState,
+    pub tasks: Vec<TaskStatus>,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
