@@ -7,8 +7,10 @@
 //! cargo run --release -p sluice-bench -- files       # file-pulse to local and stdout vs native
 //! cargo run --release -p sluice-bench -- fairness    # counter alone vs beside busy plugins
 //! cargo run --release -p sluice-bench -- languages   # Rust, Python and JavaScript connectors
+//! cargo run --release -p sluice-bench -- directory   # file-pulse on 1,000 to 100,000 files
 //! ```
 
+mod directory;
 mod fairness;
 mod files;
 mod languages;
@@ -84,6 +86,15 @@ enum Bench {
         #[arg(long, default_value_t = 20)]
         instantiations: usize,
     },
+    /// file-pulse on directories of small files (flat, then nested with a recursive
+    /// listing): time to stream and delete them all, tick times, connector memory.
+    Directory {
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// Directory sizes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+        files: Vec<usize>,
+    },
     /// MB/s streaming one file of 100-byte lines with file-pulse, to the local destination
     /// and to stdout, beside a native loop reading the same file.
     Files {
@@ -144,6 +155,15 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
         Bench::Languages { plugins, seconds, instantiations } => {
             let rows = languages::languages(&plugins.plugin_path, seconds, instantiations).await?;
             languages::print_languages_table(&rows);
+        }
+        Bench::Directory { plugins, files } => {
+            let mut rows = Vec::new();
+            for nested in [false, true] {
+                for &count in &files {
+                    rows.push(directory::directory(&plugins.plugin_path, count, nested).await?);
+                }
+            }
+            directory::print_directory_table(&rows);
         }
         Bench::Files { plugins, mib } => {
             let rows = files::files(&plugins.plugin_path, mib).await?;

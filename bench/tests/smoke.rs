@@ -34,3 +34,10 @@ fn fairness_prints_both_runs_and_the_ratio() {
     assert!(table.lines().any(|l| l.starts_with("alone ")), "{table}");
     assert!(table.contains("ratio beside/alone: "), "{table}");
 }
+
+#[test]
+fn directory_prints_flat_and_nested_rows() {
+    let table = table(bench(&["directory", "--files", "200"]));
+    assert!(table.lines().any(|l| l.contains(" flat ")), "{table}");
+    assert!(table.lines().any(|l| l.contains(" nested ")), "{table}");
+}

@@ -2,10 +2,12 @@
 //! one test binary with a module per feature, as wasmtime does.
 
 mod common;
+mod errors;
 #[path = "../support/languages.rs"]
 mod expected;
 mod failures;
 mod file_pulse;
+mod file_pulse_edges;
 #[path = "../support/files.rs"]
 mod files;
 mod hostile;

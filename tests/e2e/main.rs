@@ -7,6 +7,7 @@ mod crash;
 #[path = "../support/languages.rs"]
 mod expected;
 mod file_pulse_crash;
+mod file_pulse_files;
 #[path = "../support/files.rs"]
 mod files;
 mod languages;

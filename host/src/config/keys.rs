@@ -73,6 +73,9 @@ pub const SANDBOX_RECORD_MAX_BYTES: &str = "sandbox.record.max.bytes";
 pub const SANDBOX_BATCH_MAX_BYTES: &str = "sandbox.batch.max.bytes";
 pub const SANDBOX_LOG_LINES_PER_SECOND: &str = "sandbox.log.lines.per.second";
 pub const SANDBOX_FUEL_PER_CALL: &str = "sandbox.fuel.per.call";
+pub const ERRORS_TOLERANCE: &str = "errors.tolerance";
+pub const ERRORS_DEAD_LETTER_TOPIC: &str = "errors.deadletterqueue.topic.name";
+pub const ERRORS_LOG_ENABLE: &str = "errors.log.enable";
 
 /// Deadlines of the calls into a plugin when `sandbox.call.timeout.ms` is not set.
 pub const LIFECYCLE_CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -191,6 +194,24 @@ pub const HOST_KEYS: &[HostKey] = &[
         documentation: "fuel one call may use (needs `fuel_metering` in `sluice.toml`); used fuel shows in the task status",
     },
     HostKey {
+        name: ERRORS_TOLERANCE,
+        type_: KeyType::String,
+        default: KeyDefault::Value("none"),
+        documentation: "`none` fails the task on a record the host refuses (too large, bad partition, offset or topic); `all` skips it, commits its offset in order, and counts it in the task status",
+    },
+    HostKey {
+        name: ERRORS_DEAD_LETTER_TOPIC,
+        type_: KeyType::String,
+        default: KeyDefault::Unset("none"),
+        documentation: "with `errors.tolerance=all`: a topic that gets each refused record (cut to fit `sandbox.record.max.bytes`) with `__connect.errors.*` headers naming the reason, connector, task and source partition",
+    },
+    HostKey {
+        name: ERRORS_LOG_ENABLE,
+        type_: KeyType::Boolean,
+        default: KeyDefault::Value("false"),
+        documentation: "log each refused record with its reason",
+    },
+    HostKey {
         name: TENANT,
         type_: KeyType::String,
         default: KeyDefault::Value("default"),
@@ -254,6 +275,17 @@ pub fn markdown_table() -> String {
         table.push_str(&format!("| `{}` | {default} | {} |\n", key.name, key.documentation));
     }
     table
+}
+
+/// Kafka Connect's error handling for source records (`errors.*` keys).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErrorHandling {
+    /// `errors.tolerance=all`: skip a refused record instead of failing the task.
+    pub tolerate_all: bool,
+    /// `errors.deadletterqueue.topic.name`.
+    pub dead_letter_topic: Option<String>,
+    /// `errors.log.enable`: log each refused record.
+    pub log: bool,
 }
 
 /// Where a connector's records go.
@@ -325,6 +357,7 @@ pub struct ConnectorSettings {
     pub offset_flush_interval: Duration,
     pub restart: RestartPolicy,
     pub sandbox: SandboxSettings,
+    pub errors: ErrorHandling,
 }
 
 /// `(key, reason)`: the caller knows where the config came from.
@@ -385,6 +418,23 @@ impl ConnectorSettings {
             log_lines_per_second,
             memory_recycle_percent,
         };
+        let tolerate_all = match text(ERRORS_TOLERANCE) {
+            "none" => false,
+            "all" => true,
+            other => return Err((ERRORS_TOLERANCE, format!("unknown tolerance '{other}' (expected none or all)"))),
+        };
+        let dead_letter_topic = get(ERRORS_DEAD_LETTER_TOPIC).map(str::trim).filter(|t| !t.is_empty());
+        if let Some(topic) = dead_letter_topic
+            && let Some(c) = topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        {
+            return Err((ERRORS_DEAD_LETTER_TOPIC, format!("'{topic}' is not a topic name: it has {c:?}")));
+        }
+        let log = match text(ERRORS_LOG_ENABLE).trim().to_ascii_lowercase().as_str() {
+            "true" => true,
+            "false" => false,
+            other => return Err((ERRORS_LOG_ENABLE, format!("'{other}' is not true or false"))),
+        };
+        let errors = ErrorHandling { tolerate_all, dead_letter_topic: dead_letter_topic.map(String::from), log };
         Ok(ConnectorSettings {
             tasks_max,
             destination,
@@ -396,6 +446,7 @@ impl ConnectorSettings {
                 max_backoff: millis(RESTART_BACKOFF_MAX_MS)?,
             },
             sandbox,
+            errors,
         })
     }
 }

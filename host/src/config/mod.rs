@@ -9,7 +9,7 @@ mod worker;
 
 pub use connector::{ConfigError, ConnectorConfig};
 pub use keys::{
-    CONNECTOR_CLASS, CallTimeouts, ConfigKeyInfo, ConnectorSettings, DestinationKind, HOST_KEYS, RestartPolicy,
-    SandboxSettings, TASKS_MAX,
+    CONNECTOR_CLASS, CallTimeouts, ConfigKeyInfo, ConnectorSettings, DestinationKind, ErrorHandling, HOST_KEYS,
+    RestartPolicy, SandboxSettings, TASKS_MAX,
 };
 pub use worker::{DEFAULT_TENANT, Quotas, StorageConfig, StorageKind, Tenant, WorkerConfig, WorkerSandbox, hash_token};

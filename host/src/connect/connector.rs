@@ -4,12 +4,12 @@
 //! meanwhile, as in Kafka Connect.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::metrics::ConnectorMetrics;
 use super::reconfigure;
 use super::services::{Services, stopped};
 use super::task_runner::{TaskSpec, run_task};
@@ -43,7 +43,7 @@ pub(super) struct ConnectorRun {
     pub(super) settings: ConnectorSettings,
     pub(super) plugin: Arc<Plugin>,
     pub(super) destination: Arc<dyn Destination>,
-    pub(super) delivered: Arc<AtomicU64>,
+    pub(super) metrics: Arc<ConnectorMetrics>,
     pub(super) reconfigure: mpsc::UnboundedSender<()>,
     /// Index = task id; empty until the first `task-configs`.
     pub(super) tasks: Vec<TaskHandle>,
@@ -117,7 +117,7 @@ impl ConnectorRun {
                     }
                     return None;
                 }
-                _ = ticks.tick() => match instance.tick().await {
+                _ = ticks.tick() => match self.timed_tick(&mut instance).await {
                     Err(e) => return Some(e.to_string()),
                     Ok(Err(ConnectorError::Retriable(message))) => {
                         tracing::warn!(connector = %self.config.name, "tick: retriable error: {message}");
@@ -133,6 +133,16 @@ impl ConnectorRun {
                 }
             }
         }
+    }
+
+    async fn timed_tick(
+        &self,
+        instance: &mut PluginInstance,
+    ) -> Result<Result<(), ConnectorError>, crate::runtime::CallError> {
+        let started = Instant::now();
+        let result = instance.tick().await;
+        self.metrics.record_tick(started.elapsed(), instance.largest_memory());
+        result
     }
 
     /// Asks the connector for task configs and applies the difference.
@@ -181,7 +191,7 @@ impl ConnectorRun {
             plugin: self.plugin.clone(),
             settings: self.settings.clone(),
             destination: self.destination.clone(),
-            delivered: self.delivered.clone(),
+            metrics: self.metrics.clone(),
             reconfigure: self.reconfigure.clone(),
         };
         self.services.board.set_task(&self.namespace, task, State::Unassigned, None, 0);

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Mutex, mpsc, watch};
 use tokio::task::JoinHandle;
@@ -13,6 +12,7 @@ use tokio::task::JoinHandle;
 use super::admission::{self, Running};
 use super::connector::ConnectorRun;
 use super::limits::TenantRates;
+use super::metrics::{ConnectorMetrics, MetricsSnapshot};
 use super::services::Services;
 use super::status::StatusBoard;
 use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DEFAULT_TENANT, WorkerConfig, keys::NAME};
@@ -24,7 +24,7 @@ struct ConnectorHandle {
     tasks_max: u32,
     stop: watch::Sender<bool>,
     join: JoinHandle<()>,
-    delivered: Arc<AtomicU64>,
+    metrics: Arc<ConnectorMetrics>,
 }
 
 pub struct Herder {
@@ -83,7 +83,12 @@ impl Herder {
     }
 
     pub async fn delivered_in(&self, ns: &Namespace) -> u64 {
-        self.connectors.lock().await.get(ns).map_or(0, |c| c.delivered.load(Ordering::Relaxed))
+        self.connectors.lock().await.get(ns).map_or(0, |c| c.metrics.delivered())
+    }
+
+    /// A running connector's counters: deliveries, ticks, the connector's memory.
+    pub async fn metrics_in(&self, ns: &Namespace) -> Option<MetricsSnapshot> {
+        self.connectors.lock().await.get(ns).map(|c| c.metrics.snapshot())
     }
 
     /// Checks a config the way `start` would: host keys, the tenant's rules, the plugin's
@@ -108,7 +113,7 @@ impl Herder {
         }
         let (stop, stop_rx) = watch::channel(false);
         let (reconfigure, reconfigure_rx) = mpsc::unbounded_channel();
-        let delivered = Arc::new(AtomicU64::new(0));
+        let metrics = Arc::new(ConnectorMetrics::default());
         let destination = destinations::for_kind(settings.destination, &self.services.stores);
         self.services.board.set_connector(&namespace, State::Unassigned, None);
         let tasks_max = settings.tasks_max;
@@ -119,12 +124,12 @@ impl Herder {
             settings,
             plugin,
             destination,
-            delivered: delivered.clone(),
+            metrics: metrics.clone(),
             reconfigure,
             tasks: Vec::new(),
         };
         let join = tokio::spawn(run.run(stop_rx, reconfigure_rx));
-        connectors.insert(namespace, ConnectorHandle { tasks_max, stop, join, delivered });
+        connectors.insert(namespace, ConnectorHandle { tasks_max, stop, join, metrics });
         Ok(())
     }
 

@@ -2,7 +2,8 @@
 //! admission of configs ([`admission`]), each connector's loop and its reconfigurations
 //! ([`connector`], deciding with the pure [`reconfigure::plan`]), each task's poll,
 //! deliver and commit loop ([`task_runner`]), the checks on what a plugin returns
-//! ([`records`]), the status board ([`status`]) and the tenants' rate budgets ([`limits`]).
+//! ([`records`]), the status board ([`status`]), the tenants' rate budgets ([`limits`])
+//! and each connector's in-memory counters ([`metrics`]).
 //!
 //! Uses the config, storage, runtime and destinations layers.
 
@@ -10,6 +11,7 @@ mod admission;
 mod connector;
 mod herder;
 pub mod limits;
+pub mod metrics;
 pub mod reconfigure;
 pub mod records;
 mod services;

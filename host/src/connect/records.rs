@@ -2,7 +2,7 @@
 //! partitions and offsets (through [`crate::storage::json`]), topic names, and record and
 //! batch sizes against the sandbox's caps.
 
-use crate::config::SandboxSettings;
+use crate::config::{ErrorHandling, SandboxSettings};
 use crate::runtime::bindings::SourceRecord;
 use crate::runtime::sandbox::human_bytes;
 use crate::storage::Record;
@@ -31,85 +31,61 @@ pub enum Polled {
         partition: String,
         offset: String,
     },
+    /// A record the checks refused under `errors.tolerance=all`: its offset, when it has a
+    /// valid one, is committed in order (so a restart does not meet it again), and a copy
+    /// goes to the dead-letter topic when one is set.
+    Refused {
+        commit: Option<(String, String)>,
+        dead_letter: Option<Record>,
+    },
 }
 
 impl Polled {
-    pub fn partition_and_offset(&self) -> (&str, &str) {
+    /// The offset this entry commits, if any.
+    pub fn commits(&self) -> Option<(&str, &str)> {
         match self {
-            Polled::Record(r) => (&r.partition, &r.offset),
-            Polled::OffsetOnly { partition, offset } => (partition, offset),
+            Polled::Record(r) => Some((&r.partition, &r.offset)),
+            Polled::OffsetOnly { partition, offset } => Some((partition, offset)),
+            Polled::Refused { commit, .. } => commit.as_ref().map(|(p, o)| (p.as_str(), o.as_str())),
+        }
+    }
+
+    /// What this entry delivers, if anything.
+    pub fn into_delivered(self) -> Option<Record> {
+        match self {
+            Polled::Record(record) => Some(record),
+            Polled::OffsetOnly { .. } => None,
+            Polled::Refused { dead_letter, .. } => dead_letter,
         }
     }
 }
 
-/// Checks one record from `poll` and converts it. Partitions are canonicalized (through
-/// `partitions`, which remembers the batch's distinct ones); offsets are only checked
-/// here, and canonicalized when committed ([`latest_offsets`]).
-pub fn check_record(
-    record: SourceRecord,
-    now_ms: i64,
-    partitions: &mut Vec<(String, String)>,
-) -> Result<Polled, String> {
-    let partition = match partitions.iter().find(|(raw, _)| *raw == record.partition) {
-        Some((_, canonical)) => canonical.clone(),
-        None => {
-            let canonical = canonical_object(&record.partition).map_err(|e| format!("partition is {e}"))?;
-            partitions.push((record.partition, canonical.clone()));
-            canonical
-        }
-    };
-    check_object(&record.offset).map_err(|e| format!("offset is {e}"))?;
-    let offset = record.offset;
-    let Some(topic) = record.topic else {
-        return Ok(Polled::OffsetOnly { partition, offset });
-    };
-    check_topic(&topic)?;
-    Ok(Polled::Record(Record {
-        topic,
-        partition,
-        offset,
-        key: record.key,
-        value: record.value,
-        headers: record.headers.into_iter().map(|h| (h.key, h.value)).collect(),
-        timestamp_ms: record.timestamp.unwrap_or(now_ms),
-    }))
+/// Who returned a batch, for messages and dead-letter headers.
+pub struct Source<'a> {
+    pub connector: &'a str,
+    pub task: u32,
 }
 
-/// delivering the batch lets us commit.
-pub fn latest_offsets(polled: &[Polled]) -> Vec<(String, String)> {
-    let mut latest: Vec<(&str, &str)> = Vec::new();
-    for entry in polled {
-        let (partition, offset) = entry.partition_and_offset();
-        match latest.iter_mut().find(|(p, _)| *p == partition) {
-            Some(entry) => entry.1 = offset,
-            None => latest.push((partition, offset)),
-        }
-    }
-    // Every offset was checked to be an object of primitives, so this cannot fail.
-    latest.into_iter().map(|(p, o)| (p.to_string(), canonical_object(o).unwrap_or_else(|_| o.to_string()))).collect()
+/// Size of a record as the caps count it.
+fn record_size(record: &SourceRecord) -> u64 {
+    (record.key.as_ref().map_or(0, Vec::len)
+        + record.value.as_ref().map_or(0, Vec::len)
+        + record.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>()) as u64
 }
 
-/// `sandbox.record.max.bytes` and `sandbox.batch.max.bytes`, in plain words.
-pub fn check_sizes(
-    records: &[SourceRecord],
+/// Checks a whole `poll` batch: the batch cap (always fatal), then each record (its size,
+/// partition, offset and topic). A bad record fails the task with the record named, or,
+/// under `errors.tolerance=all`, becomes [`Polled::Refused`]. Returns the entries in order
+/// and how many were refused.
+pub fn check_batch(
+    records: Vec<SourceRecord>,
     sandbox: &SandboxSettings,
-    connector: &str,
-    task: u32,
-) -> Result<(), String> {
-    let mut batch = 0u64;
-    for (index, record) in records.iter().enumerate() {
-        let size = (record.key.as_ref().map_or(0, Vec::len)
-            + record.value.as_ref().map_or(0, Vec::len)
-            + record.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>()) as u64;
-        if size > sandbox.record_max_bytes {
-            return Err(format!(
-                "connector '{connector}' task {task}: record {index} of {} exceeds sandbox.record.max.bytes ({})",
-                human_bytes(size),
-                human_bytes(sandbox.record_max_bytes)
-            ));
-        }
-        batch += size + (record.partition.len() + record.offset.len()) as u64;
-    }
+    errors: &ErrorHandling,
+    now_ms: i64,
+    source: &Source,
+) -> Result<(Vec<Polled>, u64), String> {
+    let Source { connector, task } = *source;
+    let batch: u64 = records.iter().map(|r| record_size(r) + (r.partition.len() + r.offset.len()) as u64).sum();
     if batch > sandbox.batch_max_bytes {
         return Err(format!(
             "connector '{connector}' task {task}: poll batch of {} records, {}, exceeds sandbox.batch.max.bytes ({})",
@@ -118,7 +94,165 @@ pub fn check_sizes(
             human_bytes(sandbox.batch_max_bytes)
         ));
     }
-    Ok(())
+    let mut partitions = Vec::new();
+    let mut polled = Vec::with_capacity(records.len());
+    let mut refused = 0;
+    for (index, record) in records.into_iter().enumerate() {
+        let size = record_size(&record);
+        let checked = if size > sandbox.record_max_bytes {
+            Err((
+                Box::new(record),
+                format!(
+                    "record {index} of {} exceeds sandbox.record.max.bytes ({})",
+                    human_bytes(size),
+                    human_bytes(sandbox.record_max_bytes)
+                ),
+            ))
+        } else {
+            check_record(record, now_ms, &mut partitions)
+                .map_err(|(record, reason)| (record, format!("record {index} of the poll batch refused: {reason}")))
+        };
+        match checked {
+            Ok(entry) => polled.push(entry),
+            Err((_, reason)) if !errors.tolerate_all => {
+                return Err(format!("connector '{connector}' task {task}: {reason}"));
+            }
+            Err((record, reason)) => {
+                if errors.log {
+                    tracing::warn!(connector, task, "skipped a record (errors.tolerance=all): {reason}");
+                }
+                refused += 1;
+                polled.push(refuse(*record, &reason, errors, sandbox, now_ms, source));
+            }
+        }
+    }
+    Ok((polled, refused))
+}
+
+/// A refused record: its offset if it has a valid partition and offset, and its copy for
+/// the dead-letter topic, cut to fit the record cap.
+fn refuse(
+    record: SourceRecord,
+    reason: &str,
+    errors: &ErrorHandling,
+    sandbox: &SandboxSettings,
+    now_ms: i64,
+    source: &Source,
+) -> Polled {
+    let commit = canonical_object(&record.partition)
+        .ok()
+        .filter(|_| check_object(&record.offset).is_ok())
+        .map(|partition| (partition, record.offset.clone()));
+    let dead_letter = errors.dead_letter_topic.as_ref().map(|topic| {
+        const MESSAGE: &str = "__connect.errors.exception.message";
+        const TRUNCATED: &str = "__connect.errors.truncated";
+        let mut headers: Vec<(String, Vec<u8>)> = vec![
+            ("__connect.errors.connector.name".into(), source.connector.as_bytes().to_vec()),
+            ("__connect.errors.task.id".into(), source.task.to_string().into_bytes()),
+            ("__connect.errors.stage".into(), b"TASK_POLL".to_vec()),
+            ("__connect.errors.source.partition".into(), shorten(&record.partition).into_bytes()),
+            ("__connect.errors.source.offset".into(), shorten(&record.offset).into_bytes()),
+        ];
+        if let Some(original) = &record.topic {
+            headers.push(("__connect.errors.topic".into(), shorten(original).into_bytes()));
+        }
+        let size = |headers: &[(String, Vec<u8>)]| headers.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
+        // Even the reason gives way to the cap, however small the cap.
+        let fixed = size(&headers) + (MESSAGE.len() + TRUNCATED.len() + 4) as u64;
+        let mut message = reason.as_bytes().to_vec();
+        message.truncate(sandbox.record_max_bytes.saturating_sub(fixed) as usize);
+        headers.push((MESSAGE.into(), message));
+        let mut room = sandbox.record_max_bytes.saturating_sub(size(&headers) + (TRUNCATED.len() + 4) as u64);
+        let mut truncated = false;
+        for header in record.headers {
+            let size = (header.key.len() + header.value.len()) as u64;
+            if size <= room {
+                room -= size;
+                headers.push((header.key, header.value));
+            } else {
+                truncated = true;
+            }
+        }
+        let mut cut = |bytes: Option<Vec<u8>>| {
+            bytes.map(|mut bytes| {
+                if bytes.len() as u64 > room {
+                    bytes.truncate(room as usize);
+                    truncated = true;
+                }
+                room -= bytes.len() as u64;
+                bytes
+            })
+        };
+        let key = cut(record.key);
+        let value = cut(record.value);
+        if truncated {
+            headers.push((TRUNCATED.into(), b"true".to_vec()));
+        }
+        let (partition, offset) = commit.clone().unwrap_or_else(|| ("{}".into(), "{}".into()));
+        Record {
+            topic: topic.clone(),
+            partition,
+            offset,
+            key,
+            value,
+            headers,
+            timestamp_ms: record.timestamp.unwrap_or(now_ms),
+        }
+    });
+    Polled::Refused { commit, dead_letter }
+}
+
+/// Checks one record from `poll` and converts it; a bad one comes back with the reason.
+/// Partitions are canonicalized (through `partitions`, which remembers the batch's
+/// distinct ones); offsets are only checked here, and canonicalized when committed
+/// ([`latest_offsets`]).
+fn check_record(
+    record: SourceRecord,
+    now_ms: i64,
+    partitions: &mut Vec<(String, String)>,
+) -> Result<Polled, (Box<SourceRecord>, String)> {
+    let partition = match partitions.iter().find(|(raw, _)| *raw == record.partition) {
+        Some((_, canonical)) => canonical.clone(),
+        None => match canonical_object(&record.partition) {
+            Ok(canonical) => {
+                partitions.push((record.partition.clone(), canonical.clone()));
+                canonical
+            }
+            Err(e) => return Err((Box::new(record), format!("partition is {e}"))),
+        },
+    };
+    if let Err(e) = check_object(&record.offset) {
+        return Err((Box::new(record), format!("offset is {e}")));
+    }
+    let Some(topic) = &record.topic else {
+        return Ok(Polled::OffsetOnly { partition, offset: record.offset });
+    };
+    if let Err(reason) = check_topic(topic) {
+        return Err((Box::new(record), reason));
+    }
+    Ok(Polled::Record(Record {
+        topic: record.topic.expect("checked above"),
+        partition,
+        offset: record.offset,
+        key: record.key,
+        value: record.value,
+        headers: record.headers.into_iter().map(|h| (h.key, h.value)).collect(),
+        timestamp_ms: record.timestamp.unwrap_or(now_ms),
+    }))
+}
+
+/// The last offset of each partition in a batch, in order of first appearance: what
+/// delivering the batch lets us commit.
+pub fn latest_offsets(polled: &[Polled]) -> Vec<(String, String)> {
+    let mut latest: Vec<(&str, &str)> = Vec::new();
+    for (partition, offset) in polled.iter().filter_map(Polled::commits) {
+        match latest.iter_mut().find(|(p, _)| *p == partition) {
+            Some(entry) => entry.1 = offset,
+            None => latest.push((partition, offset)),
+        }
+    }
+    // Every offset was checked to be an object of primitives, so this cannot fail.
+    latest.into_iter().map(|(p, o)| (p.to_string(), canonical_object(o).unwrap_or_else(|_| o.to_string()))).collect()
 }
 
 #[cfg(test)]
@@ -151,5 +285,56 @@ mod tests {
             Polled::OffsetOnly { partition: "a".into(), offset: "2".into() },
         ];
         assert_eq!(latest_offsets(&batch), [("a".to_string(), "2".to_string()), ("b".to_string(), "1".to_string())]);
+    }
+
+    fn source_record(partition: &str, offset: &str, value_bytes: usize) -> SourceRecord {
+        SourceRecord {
+            partition: partition.into(),
+            offset: offset.into(),
+            topic: Some("t".into()),
+            key: Some(b"k".to_vec()),
+            value: Some(vec![b'v'; value_bytes]),
+            headers: vec![],
+            timestamp: Some(1),
+        }
+    }
+
+    #[test]
+    fn a_bad_record_fails_the_batch_unless_errors_are_tolerated() {
+        let sandbox = SandboxSettings { record_max_bytes: 400, ..SandboxSettings::default() };
+        let source = Source { connector: "c", task: 2 };
+        let batch = || {
+            vec![
+                source_record(r#"{"p":1}"#, r#"{"n":1}"#, 10),
+                source_record(r#"{"p":1}"#, r#"{"n":2}"#, 1000),
+                source_record("not json", r#"{"n":3}"#, 10),
+                source_record(r#"{"p":1}"#, r#"{"n":4}"#, 10),
+            ]
+        };
+        let error = check_batch(batch(), &sandbox, &ErrorHandling::default(), 0, &source).unwrap_err();
+        assert!(error.starts_with("connector 'c' task 2: record 1 of 1001 bytes exceeds"), "{error}");
+
+        let errors = ErrorHandling { tolerate_all: true, dead_letter_topic: Some("dlq".into()), log: false };
+        let (polled, refused) = check_batch(batch(), &sandbox, &errors, 0, &source).unwrap();
+        assert_eq!(refused, 2);
+        // The oversized record's offset is committed in order; the bad partition's cannot be.
+        let commits: Vec<_> = polled.iter().map(|p| p.commits().map(|(_, o)| o.to_string())).collect();
+        assert_eq!(commits, [Some(r#"{"n":1}"#.into()), Some(r#"{"n":2}"#.into()), None, Some(r#"{"n":4}"#.into())]);
+        assert_eq!(latest_offsets(&polled), [(r#"{"p":1}"#.to_string(), r#"{"n":4}"#.to_string())]);
+        let Polled::Refused { dead_letter: Some(copy), .. } = &polled[1] else { panic!("{:?}", polled[1]) };
+        assert_eq!(copy.topic, "dlq");
+        let size = copy.key.as_ref().map_or(0, Vec::len)
+            + copy.value.as_ref().map_or(0, Vec::len)
+            + copy.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        assert!(size as u64 <= sandbox.record_max_bytes, "the dead-letter copy fits the cap: {size}");
+        let header = |name: &str| {
+            copy.headers.iter().find(|(k, _)| k == name).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        };
+        assert!(header("__connect.errors.exception.message").unwrap().contains("exceeds sandbox.record.max.bytes"));
+        assert_eq!(header("__connect.errors.truncated").as_deref(), Some("true"));
+        assert_eq!(header("__connect.errors.task.id").as_deref(), Some("2"));
+        assert_eq!(header("__connect.errors.source.partition").as_deref(), Some(r#"{"p":1}"#));
+        let delivered: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
+        assert_eq!(delivered.iter().map(|r| r.topic.as_str()).collect::<Vec<_>>(), ["t", "dlq", "dlq", "t"]);
     }
 }

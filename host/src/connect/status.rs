@@ -65,7 +65,9 @@ impl StatusBoard {
         }
         let worker_id = self.worker_id.clone();
         self.update(ns, |s| {
-            let status = TaskStatus { id: task, state, worker_id, trace, instance, fuel_used: None };
+            let refused = s.tasks.iter().find(|t| t.id == task).map_or(0, |t| t.records_refused);
+            let status =
+                TaskStatus { id: task, state, worker_id, trace, instance, fuel_used: None, records_refused: refused };
             match s.tasks.iter_mut().find(|t| t.id == task) {
                 Some(existing) => *existing = status,
                 None => {
@@ -81,6 +83,16 @@ impl StatusBoard {
         self.update(ns, |s| {
             if let Some(t) = s.tasks.iter_mut().find(|t| t.id == task) {
                 t.fuel_used = Some(fuel_used);
+            }
+        });
+    }
+
+    /// Counts records refused under `errors.tolerance=all` (no log line: they are logged
+    /// with `errors.log.enable`).
+    pub fn add_refused(&self, ns: &Namespace, task: u32, refused: u64) {
+        self.update(ns, |s| {
+            if let Some(t) = s.tasks.iter_mut().find(|t| t.id == task) {
+                t.records_refused += refused;
             }
         });
     }

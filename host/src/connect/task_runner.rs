@@ -6,12 +6,11 @@
 //! (committed, stopped and started in a fresh sandbox) before it reaches its cap.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, watch};
 
-use super::records::{Polled, check_record, check_sizes, latest_offsets};
+use super::records::{Polled, Source, check_batch, latest_offsets};
 use super::services::{Services, stopped};
 use crate::config::{ConnectorSettings, SandboxSettings};
 use crate::destinations::Destination;
@@ -29,7 +28,7 @@ pub struct TaskSpec {
     pub plugin: Arc<Plugin>,
     pub settings: ConnectorSettings,
     pub destination: Arc<dyn Destination>,
-    pub delivered: Arc<AtomicU64>,
+    pub metrics: Arc<super::metrics::ConnectorMetrics>,
     pub reconfigure: mpsc::UnboundedSender<()>,
 }
 
@@ -122,32 +121,17 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
             }
         } else {
             idle = Duration::ZERO;
-            if let Err(trace) = check_sizes(&records, &spec.settings.sandbox, connector, spec.task) {
-                return failed(trace, id);
+            let source = Source { connector, task: spec.task };
+            let settings = &spec.settings;
+            let (polled, refused) = match check_batch(records, &settings.sandbox, &settings.errors, now_ms(), &source) {
+                Ok(checked) => checked,
+                Err(trace) => return failed(trace, id),
+            };
+            if refused > 0 {
+                board.add_refused(&spec.namespace, spec.task, refused);
             }
-            let now = now_ms();
-            let mut checked = Vec::with_capacity(records.len());
-            let mut partitions = Vec::new();
-            for (index, record) in records.into_iter().enumerate() {
-                match check_record(record, now, &mut partitions) {
-                    Ok(record) => checked.push(record),
-                    Err(reason) => {
-                        let trace = format!(
-                            "connector '{connector}' task {}: record {index} of the poll batch refused: {reason}",
-                            spec.task
-                        );
-                        return failed(trace, id);
-                    }
-                }
-            }
-            let offsets = latest_offsets(&checked);
-            let checked: Vec<Record> = checked
-                .into_iter()
-                .filter_map(|polled| match polled {
-                    Polled::Record(record) => Some(record),
-                    Polled::OffsetOnly { .. } => None,
-                })
-                .collect();
+            let offsets = latest_offsets(&polled);
+            let checked: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
             let count = checked.len() as u64;
             services.rates.throttle(&spec.namespace.tenant, count).await;
             let (destination, namespace) = (spec.destination.clone(), spec.namespace.clone());
@@ -155,7 +139,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
                 tokio::task::spawn_blocking(move || destination.deliver(&namespace, &checked, &offsets)).await;
             match delivered {
                 Ok(Ok(())) => {
-                    spec.delivered.fetch_add(count, Ordering::Relaxed);
+                    spec.metrics.add_delivered(count);
                 }
                 Ok(Err(e)) => return failed(format!("destination failed: {e:#}"), id),
                 Err(e) => return failed(format!("destination failed: {e}"), id),

@@ -65,6 +65,13 @@ pub struct TaskStatus {
     /// Fuel the task's instance has used, when the worker meters fuel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuel_used: Option<u64>,
+    /// Records the host refused and skipped under `errors.tolerance=all`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub records_refused: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,62 +1,78 @@
-//! Stable assignment of files to tasks: a task keeps its unfinished files when new ones
-//! arrive, and each new file goes to the task with the fewest unfinished files, so only
-//! the tasks that receive files get a new config (and are restarted by the host).
+//! Stable assignment of files to tasks. A task keeps its unfinished files when new ones
+//! arrive; each new file goes to the task with the fewest unfinished files, and a new
+//! task is opened (up to `tasks.max`) only when every task already has work, so there are
+//! never more tasks than files that need them. Each task holds at most `window`
+//! unfinished files; the rest wait, so a directory of 100,000 files never becomes one
+//! huge task config. Only tasks whose list changes get a new config (and are restarted
+//! by the host).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
-use crate::offset::FileKey;
+use serde::{Deserialize, Serialize};
+
+/// One file in a task's config: which file (identity and where it was listed), and
+/// which version and attempt of it to read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assigned {
+    pub id: String,
+    pub path: String,
+    pub version: u32,
+    pub attempt: u32,
+}
 
 /// `tasks[i]` = files of task `i`, in assignment order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Assignment {
-    pub tasks: Vec<Vec<FileKey>>,
+    pub tasks: Vec<Vec<Assigned>>,
 }
 
 impl Assignment {
-    pub fn new(task_count: usize) -> Self {
-        Assignment { tasks: vec![Vec::new(); task_count.max(1)] }
-    }
-
-    pub fn contains(&self, file: &FileKey) -> bool {
-        self.tasks.iter().any(|files| files.contains(file))
-    }
-
-    pub fn task_of(&self, file: &FileKey) -> Option<usize> {
-        self.tasks.iter().position(|files| files.contains(file))
-    }
-
-    /// Adds `new` files. A task that receives files also drops its `finished` ones (its
-    /// config changes anyway); other tasks are left exactly as they were. Returns the
-    /// tasks whose file list changed.
-    pub fn add(&mut self, new: &[FileKey], finished: &BTreeSet<FileKey>) -> BTreeSet<usize> {
+    /// Moves files from `pending` onto tasks while there is room. `open(id)` says whether
+    /// an assigned file still needs its task. A task that receives files drops its
+    /// finished ones (its config changes anyway); other tasks are left exactly as they
+    /// were. Returns the tasks whose file list changed.
+    pub fn add(
+        &mut self,
+        pending: &mut VecDeque<Assigned>,
+        open: impl Fn(&str) -> bool,
+        max_tasks: usize,
+        window: usize,
+    ) -> BTreeSet<usize> {
         let mut changed = BTreeSet::new();
-        for file in new {
-            if self.contains(file) {
+        let mut load: Vec<usize> =
+            self.tasks.iter().map(|files| files.iter().filter(|f| open(&f.id)).count()).collect();
+        while let Some(file) = pending.front() {
+            if self.tasks.iter().flatten().any(|f| f.id == file.id && open(&f.id)) {
+                pending.pop_front();
                 continue;
             }
-            let load = |files: &Vec<FileKey>| files.iter().filter(|f| !finished.contains(f)).count();
-            let (task, _) =
-                self.tasks.iter().enumerate().min_by_key(|(i, files)| (load(files), *i)).expect("at least one task");
-            self.tasks[task].push(file.clone());
+            if self.tasks.len() < max_tasks.max(1) && load.iter().all(|&n| n > 0) {
+                self.tasks.push(Vec::new());
+                load.push(0);
+            }
+            let Some((task, _)) = load.iter().enumerate().filter(|(_, n)| **n < window).min_by_key(|(i, n)| (**n, *i))
+            else {
+                break; // every task is full: the rest waits for room
+            };
+            let file = pending.pop_front().expect("front exists");
+            if !changed.contains(&task) {
+                self.tasks[task].retain(|f| open(&f.id));
+            }
+            self.tasks[task].push(file);
+            load[task] += 1;
             changed.insert(task);
-        }
-        for &task in &changed {
-            self.tasks[task].retain(|f| !finished.contains(f));
         }
         changed
     }
 
-    /// Removes files that are gone for good (finished and cleaned up) from tasks that
-    /// hold nothing else, so idle tasks do not keep stale lists forever.
-    pub fn drop_if_all_finished(&mut self, finished: &BTreeSet<FileKey>) -> BTreeSet<usize> {
-        let mut changed = BTreeSet::new();
-        for (task, files) in self.tasks.iter_mut().enumerate() {
-            if !files.is_empty() && files.iter().all(|f| finished.contains(f)) {
-                files.clear();
-                changed.insert(task);
-            }
+    /// Drops trailing tasks that have nothing left to read (the host stops them). Returns
+    /// whether the task count changed.
+    pub fn drop_idle_tail(&mut self, open: impl Fn(&str) -> bool) -> bool {
+        let before = self.tasks.len();
+        while self.tasks.last().is_some_and(|files| !files.iter().any(|f| open(&f.id))) {
+            self.tasks.pop();
         }
-        changed
+        self.tasks.len() != before
     }
 }
 
@@ -64,35 +80,56 @@ impl Assignment {
 mod tests {
     use super::*;
 
-    fn key(name: &str) -> FileKey {
-        FileKey { path: name.into(), id: name.into() }
+    fn file(id: &str) -> Assigned {
+        Assigned { id: id.into(), path: format!("{id}.log"), version: 0, attempt: 0 }
+    }
+
+    fn ids(files: &[Assigned]) -> Vec<&str> {
+        files.iter().map(|f| f.id.as_str()).collect()
+    }
+
+    #[test]
+    fn tasks_follow_the_work_up_to_tasks_max() {
+        let mut a = Assignment::default();
+        let mut pending: VecDeque<Assigned> = [file("1")].into();
+        // One file, tasks.max 600: one task.
+        assert_eq!(a.add(&mut pending, |_| true, 600, 100), BTreeSet::from([0]));
+        assert_eq!(a.tasks.len(), 1);
+        let mut pending: VecDeque<Assigned> = ["2", "3", "4", "5"].map(file).into();
+        let changed = a.add(&mut pending, |_| true, 3, 100);
+        assert_eq!(changed, BTreeSet::from([0, 1, 2]));
+        assert_eq!(a.tasks.iter().map(|t| ids(t)).collect::<Vec<_>>(), [vec!["1", "4"], vec!["2", "5"], vec!["3"]]);
     }
 
     #[test]
     fn new_files_go_to_the_least_loaded_task_and_others_stay() {
-        let mut a = Assignment::new(3);
-        let changed = a.add(&[key("1"), key("2"), key("3"), key("4")], &BTreeSet::new());
-        assert_eq!(changed, BTreeSet::from([0, 1, 2]));
-        assert_eq!(a.tasks, vec![vec![key("1"), key("4")], vec![key("2")], vec![key("3")]]);
-        // Task 1's file finished: the next file goes to task 1 (fewest unfinished)
-        // and task 1 drops its finished file; tasks 0 and 2 are untouched.
-        let finished = BTreeSet::from([key("2")]);
+        let mut a = Assignment::default();
+        let mut pending: VecDeque<Assigned> = ["1", "2", "3"].map(file).into();
+        a.add(&mut pending, |_| true, 3, 100);
+        // Task 1's file finished: the next file goes to task 1 and task 1 drops it.
+        let open = |id: &str| id != "2";
         let before = a.clone();
-        let changed = a.add(&[key("5")], &finished);
-        assert_eq!(changed, BTreeSet::from([1]));
-        assert_eq!(a.tasks[1], vec![key("5")]);
+        let mut pending: VecDeque<Assigned> = [file("6")].into();
+        assert_eq!(a.add(&mut pending, open, 3, 100), BTreeSet::from([1]));
+        assert_eq!(ids(&a.tasks[1]), ["6"]);
         assert_eq!((&a.tasks[0], &a.tasks[2]), (&before.tasks[0], &before.tasks[2]));
-        // Known files are not added twice.
-        assert!(a.add(&[key("5")], &finished).is_empty());
+        // A file already assigned and open is not added twice.
+        let mut pending: VecDeque<Assigned> = [file("6")].into();
+        assert!(a.add(&mut pending, open, 3, 100).is_empty());
+        assert!(pending.is_empty());
     }
 
     #[test]
-    fn idle_tasks_drop_finished_lists() {
-        let mut a = Assignment::new(2);
-        a.add(&[key("1"), key("2")], &BTreeSet::new());
-        let changed = a.drop_if_all_finished(&BTreeSet::from([key("1")]));
-        assert_eq!(changed, BTreeSet::from([0]));
-        assert!(a.tasks[0].is_empty());
-        assert_eq!(a.tasks[1], vec![key("2")]);
+    fn a_full_window_leaves_files_waiting_and_idle_tasks_at_the_end_go() {
+        let mut a = Assignment::default();
+        let mut pending: VecDeque<Assigned> = ["1", "2", "3", "4", "5"].map(file).into();
+        a.add(&mut pending, |_| true, 2, 2);
+        assert_eq!(a.tasks.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2]);
+        assert_eq!(ids(&pending.iter().cloned().collect::<Vec<_>>()), ["5"]);
+        // Task 1's files finish: nothing changes until the tail is dropped.
+        let open = |id: &str| !["2", "4"].contains(&id);
+        assert!(a.drop_idle_tail(open));
+        assert_eq!(a.tasks.len(), 1);
+        assert!(!a.drop_idle_tail(open));
     }
 }

@@ -1,18 +1,28 @@
 //! The `source-connector` world for file-pulse, through the `sluice-connector` SDK: the
 //! connector is [`ConnectorState`], a task is [`TaskState`].
 //!
-//! The connector lists the directory on `tick`, reads every assigned file's committed
-//! offset in one `offsets` call, cleans up finished files, hands new files to tasks
-//! through `request-task-reconfiguration`, and restarts a stalled task by bumping that
-//! one task's generation (so the host restarts only it). Tasks stream their files
-//! round-robin, a bounded slice per poll, so a new small file never waits for a large one.
+//! The connector walks the directory a bounded slice per `tick` (so no tick nears its
+//! deadline, however many files there are), decides what each file is from its committed
+//! offset ([`crate::identity`]), hands files to tasks through
+//! `request-task-reconfiguration`, reads the offsets of the files its tasks hold (KIP-131)
+//! to clean up finished ones, and restarts a stalled task by bumping that one task's
+//! generation. Tasks stream their files round-robin, a bounded slice per poll, so a new
+//! small file never waits for a large one.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
-use crate::assign::Assignment;
-use crate::offset::{FileKey, FileOffset};
-use crate::reader::{LineReader, read_whole};
+use wasi::filesystem::types::{
+    Descriptor, DescriptorFlags, DescriptorType, DirectoryEntryStream, ErrorCode, OpenFlags, PathFlags,
+};
+
+use crate::assign::{Assigned, Assignment};
+use crate::identity::{Decision, Seen, decide};
+use crate::offset::{End, FileOffset, HEAD_BYTES, head_hash, partition};
+use crate::reader::{LineReader, is_too_long, read_whole};
 use crate::settings::{Cleanup, Completion, KEYS, ReadMode, Settings};
 
 use sluice_connector::{
@@ -27,19 +37,70 @@ fn invalid((key, reason): (String, String)) -> Error {
     Error::InvalidConfig(format!("{key}: {reason}"))
 }
 
-thread_local! {
-    static PREOPENS: Vec<(wasi::filesystem::types::Descriptor, String)> = wasi::filesystem::preopens::get_directories();
+/// Control characters in a file name are escaped in log lines, so a name cannot forge one.
+fn printable(name: &str) -> String {
+    name.escape_debug().to_string()
 }
 
-/// The file's identity: WASI's metadata hash (device and inode) of the path.
-fn identity(path: &str) -> Option<String> {
+// ---------------------------------------------------------------- files through WASI
+
+thread_local! {
+    static PREOPENS: Vec<(Descriptor, String)> = wasi::filesystem::preopens::get_directories();
+}
+
+/// Runs `f` with the granted directory holding `path` and the path relative to it.
+fn in_preopen<T>(path: &str, f: impl FnOnce(&Descriptor, &str) -> Result<T, ErrorCode>) -> Result<T, ErrorCode> {
     PREOPENS.with(|preopens| {
-        preopens.iter().find_map(|(dir, root)| {
-            let rest = path.strip_prefix(root.trim_end_matches('/'))?;
-            let relative = rest.strip_prefix('/')?;
-            let hash = dir.metadata_hash_at(wasi::filesystem::types::PathFlags::empty(), relative).ok()?;
-            Some(format!("{:016x}", hash.lower))
-        })
+        let (dir, relative) = preopens
+            .iter()
+            .filter_map(|(dir, root)| {
+                let rest = path.strip_prefix(root.trim_end_matches('/'))?;
+                if rest.is_empty() {
+                    return Some((dir, "."));
+                }
+                Some((dir, rest.strip_prefix('/')?))
+            })
+            .max_by_key(|(_, relative)| std::cmp::Reverse(relative.len()))
+            .ok_or(ErrorCode::NotPermitted)?;
+        f(dir, relative)
+    })
+}
+
+fn hash_hex(hash: wasi::filesystem::types::MetadataHashValue) -> String {
+    format!("{:016x}", hash.lower)
+}
+
+fn mtime_ns(stat: &wasi::filesystem::types::DescriptorStat) -> u64 {
+    stat.data_modification_timestamp.map_or(0, |t| t.seconds * 1_000_000_000 + u64::from(t.nanoseconds))
+}
+
+/// Identity, size and modification time of the file at `path`.
+fn look(path: &str) -> Result<(String, Seen), ErrorCode> {
+    in_preopen(path, |dir, relative| {
+        let id = hash_hex(dir.metadata_hash_at(PathFlags::SYMLINK_FOLLOW, relative)?);
+        let stat = dir.stat_at(PathFlags::SYMLINK_FOLLOW, relative)?;
+        Ok((id, Seen { size: stat.size, mtime: mtime_ns(&stat) }))
+    })
+}
+
+fn identity(path: &str) -> Option<String> {
+    in_preopen(path, |dir, relative| dir.metadata_hash_at(PathFlags::SYMLINK_FOLLOW, relative)).ok().map(hash_hex)
+}
+
+/// The entries of the directory at `path`, through WASI directly: unlike `std::fs::ReadDir`,
+/// whose stream ends at the first entry it cannot read, it goes on past a name that is not
+/// UTF-8.
+fn list_dir(path: &str) -> Result<(Descriptor, DirectoryEntryStream), ErrorCode> {
+    let dir = in_preopen(path, |dir, relative| {
+        dir.open_at(PathFlags::SYMLINK_FOLLOW, relative, OpenFlags::DIRECTORY, DescriptorFlags::READ)
+    })?;
+    let entries = dir.read_directory()?;
+    Ok((dir, entries))
+}
+
+fn open(path: &str) -> Result<Descriptor, ErrorCode> {
+    in_preopen(path, |dir, relative| {
+        dir.open_at(PathFlags::SYMLINK_FOLLOW, relative, OpenFlags::empty(), DescriptorFlags::READ)
     })
 }
 
@@ -47,8 +108,11 @@ fn identity(path: &str) -> Option<String> {
 /// whose WASI input stream stays closed once it reached the end, it sees data appended
 /// later, and it keeps reading the same file after a rename (rotation).
 struct PositionalFile {
-    file: wasi::filesystem::types::Descriptor,
+    file: Rc<Descriptor>,
     offset: u64,
+    /// The file's first bytes as they were read (up to [`HEAD_BYTES`]), to notice a file
+    /// rewritten in place under the reader.
+    head: Rc<RefCell<Vec<u8>>>,
 }
 
 impl std::io::Read for PositionalFile {
@@ -56,237 +120,498 @@ impl std::io::Read for PositionalFile {
         let (data, _) =
             self.file.read(buf.len() as u64, self.offset).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
         buf[..data.len()].copy_from_slice(&data);
+        let mut head = self.head.borrow_mut();
+        if self.offset as usize == head.len() && head.len() < HEAD_BYTES {
+            let take = data.len().min(HEAD_BYTES - head.len());
+            head.extend_from_slice(&data[..take]);
+        }
         self.offset += data.len() as u64;
         Ok(data.len())
     }
 }
 
-fn open_positional(path: &str, offset: u64) -> std::io::Result<PositionalFile> {
-    use wasi::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
-    PREOPENS.with(|preopens| {
-        for (dir, root) in preopens {
-            let Some(relative) = path.strip_prefix(root.trim_end_matches('/')).and_then(|rest| rest.strip_prefix('/'))
-            else {
-                continue;
-            };
-            return dir
-                .open_at(PathFlags::SYMLINK_FOLLOW, relative, OpenFlags::empty(), DescriptorFlags::READ)
-                .map(|file| PositionalFile { file, offset })
-                .map_err(|e| std::io::Error::other(format!("{e:?}")));
-        }
-        Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{path} is not under a granted directory")))
-    })
+/// The first `min(len, HEAD_BYTES)` bytes of a file, hashed.
+fn head_of(file: &Descriptor, len: u64) -> Option<String> {
+    let (bytes, _) = file.read(len.min(HEAD_BYTES as u64), 0).ok()?;
+    Some(head_hash(&bytes))
 }
 
-fn open_reader(path: &str, position: u64) -> std::io::Result<LineReader> {
-    if path.ends_with(".gz") {
-        return LineReader::open(path, position);
+fn error_text(e: ErrorCode) -> String {
+    match e {
+        ErrorCode::NoEntry => "no such file".into(),
+        ErrorCode::Access | ErrorCode::NotPermitted => "not permitted (is its directory granted?)".into(),
+        other => format!("{other:?}"),
     }
-    Ok(LineReader::from_source(Box::new(open_positional(path, position)?), position))
-}
-
-fn committed(keys: &[FileKey]) -> Vec<Option<FileOffset>> {
-    if keys.is_empty() {
-        return Vec::new();
-    }
-    sluice_connector::offsets::get_many(keys)
-}
-
-/// Lists matching files under the directory (relative paths, `/`-separated).
-fn list(settings: &Settings) -> std::io::Result<Vec<FileKey>> {
-    let mut found = Vec::new();
-    let mut pending = vec![String::new()];
-    while let Some(relative_dir) = pending.pop() {
-        let dir = if relative_dir.is_empty() {
-            settings.directory.clone()
-        } else {
-            format!("{}/{relative_dir}", settings.directory)
-        };
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            // Hidden files are usually being written (editors, uploaders).
-            if name.starts_with('.') {
-                continue;
-            }
-            let relative = if relative_dir.is_empty() { name.clone() } else { format!("{relative_dir}/{name}") };
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
-                if settings.recursive {
-                    pending.push(relative);
-                }
-            } else if kind.is_file() && settings.filter.is_match(&name) {
-                if let Some(id) = identity(&format!("{}/{relative}", settings.directory)) {
-                    found.push(FileKey { path: relative, id });
-                }
-            }
-        }
-    }
-    found.sort();
-    Ok(found)
 }
 
 // ---------------------------------------------------------------- connector
 
+/// What the connector knows of a file it has seen.
+#[derive(Debug, Clone)]
+struct Known {
+    path: String,
+    version: u32,
+    attempt: u32,
+    state: KnownState,
+    /// The listing pass that last saw it.
+    pass: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KnownState {
+    /// Waiting for room in a task.
+    Pending,
+    /// In a task's config, being read.
+    Assigned,
+    /// Done, as it looked then.
+    Finished { seen: Seen },
+    /// Could not be read; `parked` when moving it to the failure path did not work, so it
+    /// is not retried until it changes.
+    Failed { seen: Seen, parked: bool },
+}
+
+/// A walk over the listed directory, a slice per tick.
+struct Walk {
+    pass: u64,
+    /// Directories still to list, relative to the listed one.
+    dirs: Vec<String>,
+    /// The directory being listed: its path, its descriptor and its entries.
+    current: Option<(String, Descriptor, DirectoryEntryStream)>,
+    undecodable: u64,
+}
+
+/// Most files held by all tasks at once (each task gets an equal share, at least
+/// [`MIN_WINDOW`]): bounds task configs, the connector's offset reads per tick and the
+/// tasks' memory, whatever the size of the directory.
+const MAX_IN_FLIGHT: usize = 1024;
+const MIN_WINDOW: usize = 16;
+/// Work per tick on the directory walk; the rest waits for the next tick.
+const WALK_BUDGET: Duration = Duration::from_millis(100);
+/// Files whose offsets are read in one `offsets` call.
+const LOOKUP_BATCH: usize = 1024;
+
 #[derive(Default)]
 struct ConnectorState {
-    config: BTreeMap<String, String>,
-    settings: Option<Settings>,
+    config: std::collections::BTreeMap<String, String>,
+    settings: Option<Rc<Settings>>,
+    known: HashMap<String, Known>,
+    pending: VecDeque<Assigned>,
     assignment: Assignment,
     generations: Vec<u64>,
-    finished: BTreeSet<FileKey>,
-    /// Files whose offset says failed and that this connector moved to the failure path:
-    /// if one comes back into the directory, it is retried.
-    moved_failed: BTreeMap<FileKey, u32>,
-    /// Retry attempt per file (in the task config).
-    attempts: BTreeMap<FileKey, u32>,
-    /// Per task: (offsets of its unfinished files, when they last changed).
-    progress: Vec<(String, u64)>,
-    last_listing_ms: u64,
-    /// Found by `start`, assigned by the first `task-configs` (which knows `tasks.max`).
-    initial: Vec<FileKey>,
+    /// Per task: a hash of its open files' offsets, and when it last changed.
+    progress: Vec<(u64, u64)>,
+    walk: Option<Walk>,
+    passes: u64,
+    last_pass_ms: u64,
+    max_tasks: usize,
+    /// The listed directory's own paths that a recursive walk must not enter.
+    excluded: BTreeSet<String>,
+    /// Files cleaned up since the last tick's summary line.
+    cleaned: u64,
+    /// How many undecodable names the log last reported (it warns again only when the
+    /// number changes).
+    undecodable_reported: u64,
 }
 
 impl ConnectorState {
-    fn settings(&self) -> &Settings {
-        self.settings.as_ref().expect("started")
+    fn settings(&self) -> Rc<Settings> {
+        Rc::clone(self.settings.as_ref().expect("started"))
     }
 
-    /// Lists the directory; returns the files to assign (new ones, and failed ones moved back).
-    fn discover(&mut self) -> Result<Vec<FileKey>, Error> {
-        let files = list(self.settings())
-            .map_err(|e| Error::Retriable(format!("listing {}: {e}", self.settings().directory)))?;
-        let mut new = Vec::new();
-        // A file this connector moved away after it failed, now back: read it again.
-        let returned: Vec<FileKey> = files.iter().filter(|f| self.moved_failed.contains_key(f)).cloned().collect();
-        for file in &returned {
-            let attempt = self.moved_failed.remove(file).unwrap_or(0) + 1;
-            log::info(&format!("{} was moved back after failing: retrying it (attempt {attempt})", file.path));
-            self.attempts.insert(file.clone(), attempt);
-            self.finished.remove(file);
-            for task in &mut self.assignment.tasks {
-                task.retain(|f| f != file);
-            }
-            new.push(file.clone());
-        }
-        let candidates: Vec<FileKey> = files
-            .into_iter()
-            .filter(|f| !new.contains(f) && !self.assignment.contains(f) && !self.finished.contains(f))
-            .collect();
-        let offsets = committed(&candidates);
-        for (file, offset) in candidates.into_iter().zip(offsets) {
-            match offset {
-                Some(offset) if offset.done => {
-                    // Finished before (a restart, or cleanup did not run): clean up now.
-                    self.clean_up(&file, &offset);
-                    self.finished.insert(file);
-                }
-                _ => new.push(file),
-            }
-        }
-        if !new.is_empty() {
-            let names: Vec<&str> = new.iter().map(|f| f.path.as_str()).collect();
-            log::info(&format!("{} new file(s): {}", new.len(), names.join(", ")));
-        }
-        Ok(new)
+    fn is_open(&self, id: &str) -> bool {
+        self.known.get(id).is_some_and(|k| k.state == KnownState::Assigned)
     }
 
-    fn clean_up(&mut self, file: &FileKey, offset: &FileOffset) {
-        let settings = self.settings().clone();
-        let source = format!("{}/{}", settings.directory, file.path);
-        if identity(&source).as_deref() != Some(file.id.as_str()) {
-            return; // gone, or replaced by another file under the same name
-        }
-        let result = match (settings.cleanup, &offset.failed) {
-            (Cleanup::None, _) => return,
-            // A file that could not be read is kept for a person to look at.
-            (Cleanup::Delete, Some(_)) => return,
-            (Cleanup::Delete, None) => std::fs::remove_file(&source).map(|_| format!("deleted {}", file.path)),
-            (Cleanup::Move, failed) => {
-                let root = if failed.is_some() { &settings.move_failure } else { &settings.move_success };
-                let target = format!("{root}/{}", file.path);
-                if let Some(parent) = std::path::Path::new(&target).parent() {
-                    let _ = std::fs::create_dir_all(parent);
+    fn window(&self) -> usize {
+        (MAX_IN_FLIGHT / self.max_tasks.max(1)).max(MIN_WINDOW)
+    }
+
+    fn absolute(&self, relative: &str) -> String {
+        format!("{}/{relative}", self.settings().directory)
+    }
+
+    /// The next file of the walk (a relative path), `None` when the pass is over.
+    fn next_listed(&mut self) -> Option<String> {
+        let settings = self.settings();
+        let walk = self.walk.as_mut()?;
+        loop {
+            let Some((dir, _, entries)) = &walk.current else {
+                let dir = walk.dirs.pop()?;
+                let absolute =
+                    if dir.is_empty() { settings.directory.clone() } else { format!("{}/{dir}", settings.directory) };
+                match list_dir(&absolute) {
+                    Ok((descriptor, entries)) => walk.current = Some((dir, descriptor, entries)),
+                    Err(e) => log::warn(&format!("cannot list {}: {}", printable(&absolute), error_text(e))),
                 }
-                std::fs::rename(&source, &target).map(|_| {
-                    if failed.is_some() {
-                        self.moved_failed.insert(file.clone(), offset.attempt);
+                continue;
+            };
+            let entry = match entries.read_directory_entry() {
+                Ok(Some(entry)) => entry,
+                Ok(None) => {
+                    walk.current = None;
+                    continue;
+                }
+                Err(ErrorCode::IllegalByteSequence) => {
+                    // WASI passes only UTF-8 names: this entry cannot even be named here.
+                    walk.undecodable += 1;
+                    continue;
+                }
+                Err(e) => {
+                    log::warn(&format!("listing {}: {}", printable(dir), error_text(e)));
+                    continue;
+                }
+            };
+            let name = entry.name;
+            // Hidden files are usually being written (editors, uploaders).
+            if name.starts_with('.') {
+                continue;
+            }
+            let relative = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
+            match entry.type_ {
+                DescriptorType::Directory if settings.recursive && !self.excluded.contains(&relative) => {
+                    walk.dirs.push(relative);
+                }
+                DescriptorType::RegularFile if settings.filter.is_match(&name) => return Some(relative),
+                _ => {}
+            }
+        }
+    }
+
+    /// Walks on for at most [`WALK_BUDGET`], deciding what each new or changed file is.
+    fn walk_step(&mut self) {
+        let deadline = Instant::now() + WALK_BUDGET;
+        let mut batch: Vec<(String, String, Seen)> = Vec::new();
+        let mut over = false;
+        while Instant::now() < deadline {
+            let Some(relative) = self.next_listed() else {
+                over = true;
+                break;
+            };
+            let Ok((id, seen)) = look(&self.absolute(&relative)) else { continue }; // gone meanwhile
+            let pass = self.walk.as_ref().map_or(0, |w| w.pass);
+            let cleanup = self.settings().cleanup;
+            let (recheck, clean_up) = match self.known.get_mut(&id) {
+                None => (true, false),
+                Some(known) => {
+                    known.pass = pass;
+                    known.path.clone_from(&relative);
+                    match known.state {
+                        KnownState::Pending | KnownState::Assigned => (false, false),
+                        // Finished, but still here: its cleanup did not happen yet.
+                        KnownState::Finished { seen: then } if then == seen => (false, cleanup != Cleanup::None),
+                        KnownState::Finished { .. } => (true, false),
+                        KnownState::Failed { seen: then, parked } => {
+                            (then != seen || (cleanup == Cleanup::Move && !parked), false)
+                        }
                     }
-                    format!("moved {} to {target}", file.path)
-                })
+                }
+            };
+            if clean_up {
+                let offset = FileOffset { path: relative.clone(), ..FileOffset::default() };
+                self.clean_up(&id, &relative, &offset);
+            }
+            if recheck {
+                batch.push((id, relative, seen));
+                if batch.len() >= LOOKUP_BATCH {
+                    self.decide_all(std::mem::take(&mut batch));
+                }
+            }
+        }
+        self.decide_all(batch);
+        if over {
+            self.end_pass();
+        }
+    }
+
+    fn end_pass(&mut self) {
+        let Some(walk) = self.walk.take() else { return };
+        if walk.undecodable > 0 && walk.undecodable != self.undecodable_reported {
+            self.undecodable_reported = walk.undecodable;
+            log::warn(&format!(
+                "skipped {} file name(s) in {} that are not valid UTF-8 (WASI passes only UTF-8 names to plugins): rename them to stream them",
+                walk.undecodable,
+                printable(&self.settings().directory)
+            ));
+        }
+        // Finished or failed files no longer listed are forgotten: the connector's memory
+        // and its ticks follow what is in the directory, not everything ever read.
+        self.known.retain(|_, k| k.pass >= walk.pass || matches!(k.state, KnownState::Assigned | KnownState::Pending));
+    }
+
+    /// Reads the committed offsets of `batch` in one call and decides each file.
+    fn decide_all(&mut self, batch: Vec<(String, String, Seen)>) {
+        if batch.is_empty() {
+            return;
+        }
+        let settings = self.settings();
+        let partitions: Vec<String> = batch.iter().map(|(id, _, _)| partition(id)).collect();
+        let offsets = committed(&partitions);
+        let pass = self.walk.as_ref().map_or(self.passes, |w| w.pass);
+        for ((id, relative, seen), offset) in batch.into_iter().zip(offsets) {
+            let path = self.absolute(&relative);
+            let head_unchanged = |offset: &FileOffset| {
+                let Some(expected) = &offset.head else { return false };
+                open(&path).ok().and_then(|file| head_of(&file, offset.position)).as_ref() == Some(expected)
+            };
+            let decision = decide(
+                offset.as_ref(),
+                seen,
+                relative.ends_with(".gz"),
+                settings.completion,
+                settings.cleanup,
+                head_unchanged,
+            );
+            let (version, attempt) = offset.as_ref().map_or((0, 0), |o| (o.version, o.attempt));
+            let (version, attempt, state) = match decision {
+                Decision::Start { version, reason } => {
+                    if let Some(reason) = reason {
+                        log::info(&format!(
+                            "{}: {reason}: reading it from the start (version {version})",
+                            printable(&relative)
+                        ));
+                    }
+                    (version, 0, KnownState::Pending)
+                }
+                Decision::Continue => (version, attempt, KnownState::Pending),
+                Decision::ReadOn { attempt, reason } => {
+                    log::info(&format!(
+                        "{}: {reason}: reading on from its offset (attempt {attempt})",
+                        printable(&relative)
+                    ));
+                    (version, attempt, KnownState::Pending)
+                }
+                Decision::Finished => {
+                    let offset = offset.expect("finished files have an offset");
+                    self.clean_up(&id, &relative, &offset);
+                    (version, attempt, KnownState::Finished { seen })
+                }
+                Decision::Failed => (version, attempt, KnownState::Failed { seen, parked: true }),
+            };
+            if state == KnownState::Pending {
+                self.pending.push_back(Assigned { id: id.clone(), path: relative.clone(), version, attempt });
+            }
+            self.known.insert(id, Known { path: relative, version, attempt, state, pass });
+        }
+    }
+
+    /// Applies the cleanup policy to a finished (or failed) file, if it is still the file
+    /// at `relative`. Returns false when a move to the failure path did not work.
+    fn clean_up(&mut self, id: &str, relative: &str, offset: &FileOffset) -> bool {
+        let settings = self.settings();
+        let source = self.absolute(relative);
+        if identity(&source).as_deref() != Some(id) {
+            return true; // gone, or another file under that name: the walk finds it wherever it is
+        }
+        let failed = offset.end == End::Failed;
+        let result = match (settings.cleanup, failed) {
+            (Cleanup::None, _) => return true,
+            // A file that could not be read is kept for a person to look at.
+            (Cleanup::Delete, true) => return true,
+            (Cleanup::Delete, false) => {
+                std::fs::remove_file(&source).map(|_| format!("deleted {}", printable(relative)))
+            }
+            (Cleanup::Move, failed) => {
+                let root = if failed { &settings.move_failure } else { &settings.move_success };
+                move_without_overwriting(&source, root, relative)
+                    .map(|target| format!("moved {} to {}", printable(relative), printable(&target)))
             }
         };
         match result {
-            Ok(done) => log::info(&done),
-            Err(e) => log::warn(&format!("cleanup of {} failed: {e}", file.path)),
+            Ok(done) => {
+                log::debug(&done);
+                self.cleaned += 1;
+                true
+            }
+            Err(e) => {
+                log::warn(&format!("cleanup of {} failed: {e}", printable(relative)));
+                false
+            }
         }
     }
 
-    /// Reads the committed offsets of every assigned, unfinished file: finished files are
-    /// cleaned up, and a task with no progress for the stall timeout gets a new generation.
-    fn watch(&mut self, now: u64) -> BTreeSet<usize> {
-        let open: Vec<FileKey> =
-            self.assignment.tasks.iter().flatten().filter(|f| !self.finished.contains(f)).cloned().collect();
-        let offsets: BTreeMap<FileKey, Option<FileOffset>> = open.iter().cloned().zip(committed(&open)).collect();
-        for (file, offset) in &offsets {
-            // An offset from an earlier attempt says nothing about a retried file.
-            let attempt = self.attempts.get(file).copied().unwrap_or(0);
-            if let Some(offset) = offset.as_ref().filter(|o| o.done && o.attempt >= attempt) {
-                if let Some(reason) = &offset.failed {
-                    log::warn(&format!("{} failed: {reason}", file.path));
-                }
-                self.clean_up(file, offset);
-                self.finished.insert(file.clone());
-            }
-        }
-        // A file read up to its current size is waiting for data, not stalled. (Not
-        // decidable for .gz, whose positions count decompressed bytes.)
-        let directory = self.settings().directory.clone();
-        let caught_up: BTreeSet<FileKey> = offsets
+    /// Reads the committed offsets of every file the tasks hold; finished ones are
+    /// cleaned up and leave their task's count.
+    fn watch(&mut self) -> Vec<Option<FileOffset>> {
+        let open: Vec<(String, String)> = self
+            .assignment
+            .tasks
             .iter()
-            .filter(|(file, offset)| {
-                let size = std::fs::metadata(format!("{directory}/{}", file.path)).map(|m| m.len()).unwrap_or(0);
-                !file.path.ends_with(".gz") && offset.as_ref().is_some_and(|o| o.position >= size)
-            })
-            .map(|(file, _)| file.clone())
+            .flatten()
+            .filter(|f| self.is_open(&f.id))
+            .map(|f| (f.id.clone(), partition(&f.id)))
             .collect();
-        let timeout = self.settings().stall_timeout_ms;
-        let mut restart = BTreeSet::new();
-        for task in 0..self.assignment.tasks.len() {
-            let unfinished: Vec<&FileKey> = self.assignment.tasks[task]
-                .iter()
-                .filter(|f| !self.finished.contains(f) && !caught_up.contains(f))
-                .collect();
-            let snapshot: String = unfinished.iter().map(|f| format!("{}={:?};", f.path, offsets.get(*f))).collect();
-            let (last, since) = &mut self.progress[task];
-            if unfinished.is_empty() || *last != snapshot {
-                *last = snapshot;
-                *since = now;
-            } else if now.saturating_sub(*since) >= timeout {
-                let names: Vec<&str> = unfinished.iter().map(|f| f.path.as_str()).collect();
-                log::warn(&format!(
-                    "task {task} made no progress on {} for {} ms: restarting it",
-                    names.join(", "),
-                    now - *since
-                ));
-                self.generations[task] += 1;
-                *since = now;
-                restart.insert(task);
+        let partitions: Vec<String> = open.iter().map(|(_, p)| p.clone()).collect();
+        let offsets = committed(&partitions);
+        let mut by_id: HashMap<String, Option<FileOffset>> = HashMap::new();
+        for ((id, _), offset) in open.into_iter().zip(offsets) {
+            let Some(known) = self.known.get(&id).cloned() else { continue };
+            let current = offset
+                .filter(|o| o.version > known.version || (o.version == known.version && o.attempt >= known.attempt));
+            if let Some(offset) = current.as_ref().filter(|o| o.done) {
+                let seen = Seen { size: offset.size, mtime: offset.mtime };
+                let relative = known.path.clone();
+                let state = match offset.end {
+                    End::Failed => {
+                        log::warn(&format!(
+                            "{} failed: {}",
+                            printable(&relative),
+                            offset.failed.as_deref().unwrap_or("unknown reason")
+                        ));
+                        let moved = self.clean_up(&id, &relative, offset);
+                        Some(KnownState::Failed { seen, parked: !moved })
+                    }
+                    End::Missing => None,
+                    _ => {
+                        self.clean_up(&id, &relative, offset);
+                        Some(KnownState::Finished { seen })
+                    }
+                };
+                match state {
+                    Some(state) => {
+                        let known = self.known.get_mut(&id).expect("known");
+                        known.state = state;
+                        known.version = offset.version;
+                    }
+                    // Not where it was listed: the next walk finds it wherever it is now.
+                    None => {
+                        self.known.remove(&id);
+                    }
+                }
             }
+            by_id.insert(id, current);
+        }
+        self.assignment.tasks.iter().flatten().map(|f| by_id.get(&f.id).cloned().flatten()).collect()
+    }
+
+    /// A task whose open files showed no committed progress for the stall timeout, and
+    /// that has not read everything there is, is restarted alone (a new generation).
+    fn stalled(&mut self, now: u64, offsets: &[Option<FileOffset>]) -> BTreeSet<usize> {
+        let settings = self.settings();
+        let mut offsets = offsets.iter();
+        let tasks: Vec<Vec<(String, Option<FileOffset>)>> = self
+            .assignment
+            .tasks
+            .iter()
+            .map(|files| {
+                files
+                    .iter()
+                    .zip(offsets.by_ref())
+                    .filter(|(file, _)| self.is_open(&file.id))
+                    .map(|(file, offset)| (file.path.clone(), offset.clone()))
+                    .collect()
+            })
+            .collect();
+        let mut restart = BTreeSet::new();
+        for (task, open) in tasks.iter().enumerate() {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            for (path, offset) in open {
+                (path, offset.as_ref().map(FileOffset::to_json)).hash(&mut hasher);
+            }
+            let snapshot = hasher.finish();
+            let (last, since) = self.progress[task];
+            if open.is_empty() || last != snapshot {
+                self.progress[task] = (snapshot, now);
+                continue;
+            }
+            if now.saturating_sub(since) < settings.stall_timeout_ms {
+                continue;
+            }
+            // Waiting for data is not a stall: a file whose every byte the task has seen
+            // (sent, or held back as an unfinished last line) is caught up.
+            let behind: Vec<String> = open
+                .iter()
+                .filter(|(path, offset)| {
+                    let size = look(&self.absolute(path)).map_or(0, |(_, seen)| seen.size);
+                    path.ends_with(".gz") || offset.as_ref().is_none_or(|o| o.size < size)
+                })
+                .map(|(path, _)| printable(path))
+                .collect();
+            self.progress[task].1 = now;
+            if behind.is_empty() {
+                continue;
+            }
+            log::warn(&format!(
+                "task {task} made no progress on {} for {} ms: restarting it",
+                behind.join(", "),
+                now - since
+            ));
+            self.generations[task] += 1;
+            restart.insert(task);
         }
         restart
     }
 
-    fn resize(&mut self, tasks: usize) {
-        let tasks = tasks.max(1);
-        if self.assignment.tasks.len() != tasks {
-            let orphans: Vec<FileKey> = self.assignment.tasks.iter().skip(tasks).flatten().cloned().collect();
-            self.assignment.tasks.resize(tasks, Vec::new());
-            self.assignment.add(&orphans, &self.finished);
+    fn assign(&mut self) -> BTreeSet<usize> {
+        let window = self.window();
+        let mut pending = std::mem::take(&mut self.pending);
+        let known = &self.known;
+        let open = |id: &str| known.get(id).is_some_and(|k| k.state == KnownState::Assigned);
+        let mut changed = self.assignment.add(&mut pending, open, self.max_tasks, window);
+        for task in &changed {
+            for file in &mut self.assignment.tasks[*task] {
+                if let Some(known) = self.known.get_mut(&file.id) {
+                    if known.state == KnownState::Pending {
+                        known.state = KnownState::Assigned;
+                    }
+                    // Its config changes anyway: where the walk last saw each file (a
+                    // rotated log under its new name).
+                    file.path.clone_from(&known.path);
+                }
+            }
         }
+        self.pending = pending;
+        let before = self.assignment.tasks.len();
+        let known = &self.known;
+        if self.assignment.drop_idle_tail(|id| known.get(id).is_some_and(|k| k.state == KnownState::Assigned)) {
+            changed.insert(before);
+        }
+        let tasks = self.assignment.tasks.len();
         self.generations.resize(tasks, 0);
-        self.progress.resize(tasks, (String::new(), now_ms()));
+        self.progress.resize(tasks, (0, now_ms()));
+        changed
     }
+}
+
+/// Moves `source` to `<root>/<relative>`, never over an existing file: a name that is
+/// taken gets a `-1`, `-2`, ... before its first dot. Hard link then unlink, so taking
+/// the name is atomic; a plain rename where links are not supported.
+fn move_without_overwriting(source: &str, root: &str, relative: &str) -> std::io::Result<String> {
+    let target = format!("{root}/{relative}");
+    if let Some(parent) = std::path::Path::new(&target).parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let (dir, name) = target.rsplit_once('/').unwrap_or(("", &target));
+    let (stem, extension) = match name.find('.') {
+        Some(0) | None => (name, ""),
+        Some(dot) => name.split_at(dot),
+    };
+    for n in 0..10_000u32 {
+        let candidate = if n == 0 { target.clone() } else { format!("{dir}/{stem}-{n}{extension}") };
+        match std::fs::hard_link(source, &candidate) {
+            Ok(()) => {
+                std::fs::remove_file(source)?;
+                return Ok(candidate);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(_) => {
+                if std::fs::metadata(&candidate).is_ok() {
+                    continue;
+                }
+                std::fs::rename(source, &candidate)?;
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(std::io::Error::other(format!("10,000 files named like {name} already in {dir}")))
+}
+
+fn committed(partitions: &[String]) -> Vec<Option<FileOffset>> {
+    if partitions.is_empty() {
+        return Vec::new();
+    }
+    let asked: Vec<serde_json::Value> =
+        partitions.iter().map(|p| serde_json::from_str(p).expect("partitions are JSON")).collect();
+    sluice_connector::offsets::get_many(&asked)
 }
 
 impl Connector for ConnectorState {
@@ -333,46 +658,63 @@ impl Connector for ConnectorState {
 
     fn start(config: Config) -> Result<Self, Error> {
         let settings = Settings::parse(&config.0).map_err(invalid)?;
-        let mut state = ConnectorState { config: config.0, settings: Some(settings), ..ConnectorState::default() };
-        state.last_listing_ms = now_ms();
-        // List once now, so the first task configs already carry the files.
-        state.initial = state.discover()?;
-        Ok(state)
+        // A recursive walk never enters the connector's own success or failure folders.
+        let excluded = [&settings.move_success, &settings.move_failure]
+            .into_iter()
+            .filter(|path| settings.cleanup == Cleanup::Move && !path.is_empty())
+            .filter_map(|path| path.strip_prefix(&format!("{}/", settings.directory)).map(String::from))
+            .collect();
+        // The first walk starts at the first tick: `start` stays fast whatever the size of
+        // the directory.
+        Ok(ConnectorState {
+            config: config.0,
+            settings: Some(Rc::new(settings)),
+            excluded,
+            ..ConnectorState::default()
+        })
     }
 
     fn task_configs(&mut self, max_tasks: u32) -> Result<Vec<Config>, Error> {
-        self.resize(max_tasks as usize);
-        let initial = std::mem::take(&mut self.initial);
-        self.assignment.add(&initial, &self.finished);
+        self.max_tasks = max_tasks as usize;
         Ok(self
             .assignment
             .tasks
             .iter()
             .enumerate()
             .map(|(task, files)| {
-                let files: Vec<(String, String, u32)> = files
-                    .iter()
-                    .map(|f| (f.path.clone(), f.id.clone(), self.attempts.get(f).copied().unwrap_or(0)))
-                    .collect();
                 Config(self.config.clone())
                     .with("file-pulse.task", task)
                     .with("file-pulse.generation", self.generations[task])
-                    .with("file-pulse.files", serde_json::to_string(&files).expect("serializable"))
+                    .with("file-pulse.files", serde_json::to_string(files).expect("serializable"))
             })
             .collect())
     }
 
     fn tick(&mut self) -> Result<(), Error> {
         let now = now_ms();
-        let mut changed = BTreeSet::new();
-        if now.saturating_sub(self.last_listing_ms) >= self.settings().listing_interval_ms {
-            self.last_listing_ms = now;
-            let new = self.discover()?;
-            changed.extend(self.assignment.add(&new, &self.finished));
+        let offsets = self.watch();
+        let mut changed = self.stalled(now, &offsets);
+        if self.walk.is_none() && now.saturating_sub(self.last_pass_ms) >= self.settings().listing_interval_ms {
+            self.passes += 1;
+            self.last_pass_ms = now;
+            self.walk = Some(Walk { pass: self.passes, dirs: vec![String::new()], current: None, undecodable: 0 });
         }
-        changed.extend(self.watch(now));
+        if self.walk.is_some() {
+            self.walk_step();
+        }
+        changed.extend(self.assign());
         if !changed.is_empty() {
             sluice_connector::request_task_reconfiguration();
+        }
+        if self.cleaned > 0 {
+            let policy = match self.settings().cleanup {
+                Cleanup::Delete => "deleted".to_string(),
+                _ => format!("moved to {}", printable(&self.settings().move_success)),
+            };
+            log::info(&format!(
+                "{} finished file(s) {policy} (each one at debug level)",
+                std::mem::take(&mut self.cleaned)
+            ));
         }
         Ok(())
     }
@@ -380,17 +722,33 @@ impl Connector for ConnectorState {
 
 // ---------------------------------------------------------------- task
 
+/// Readers a task keeps open at once (each holds a buffer); plain files beyond it are
+/// closed and reopened at their position when their turn comes.
+const MAX_OPEN_READERS: usize = 16;
+
+struct OpenFile {
+    file: Rc<Descriptor>,
+    reader: LineReader,
+    /// The first bytes read from the file (when it was read from its start).
+    head: Rc<RefCell<Vec<u8>>>,
+    /// The poll that last read it (least recently read plain files are closed first).
+    last_poll: u64,
+}
+
 struct TaskFile {
-    key: FileKey,
-    /// `key.partition()`, built once: it goes on every record.
+    key: Assigned,
+    /// `partition(id)`, built once: it goes on every record.
     partition: String,
-    path: String,
+    absolute: String,
     offset: FileOffset,
-    reader: Option<LineReader>,
-    last_growth_ms: u64,
+    open: Option<OpenFile>,
     finished: bool,
-    /// Tail mode: the file was rotated away; one more read to its end, then done.
-    draining: bool,
+    last_growth_ms: u64,
+    /// Tail mode: when the file was first seen renamed away.
+    rotated_since: Option<u64>,
+    /// Its committed offset is of an earlier version or attempt: commit the current one
+    /// at the first chance, so the connector sees it is being read.
+    announce: bool,
 }
 
 struct TaskState {
@@ -398,6 +756,7 @@ struct TaskState {
     settings: Rc<Settings>,
     files: Vec<TaskFile>,
     cursor: usize,
+    polls: u64,
     /// Test-only: with generation 0, stop emitting a file's lines after this many.
     stall_after_lines: Option<u64>,
 }
@@ -418,91 +777,279 @@ impl TaskFile {
         }
     }
 
-    /// Ends the file: the done flag rides on its last record of this poll, or on an
-    /// offset-only record when this poll produced none.
-    fn finish(&mut self, records: &mut Vec<Record>, last_of_this_poll: Option<usize>, failed: Option<String>) {
+    /// Ends this version of the file: the done flag rides on its last record of this poll,
+    /// or on an offset-only record when this poll produced none (or it failed).
+    fn finish(
+        &mut self,
+        records: &mut Vec<Record>,
+        last_of_this_poll: Option<usize>,
+        end: End,
+        failed: Option<String>,
+    ) {
+        if let Some(stat) = self.open.as_ref().and_then(|open| open.file.stat().ok()) {
+            self.offset.size = stat.size;
+            self.offset.mtime = mtime_ns(&stat);
+        }
         self.offset.done = true;
+        self.offset.end = end;
         if let Some(reason) = failed {
-            log::warn(&format!("{}: {reason}", self.key.path));
+            log::warn(&format!("{}: {reason}", printable(&self.key.path)));
             self.offset.failed = Some(reason);
         }
         self.finished = true;
-        self.reader = None;
+        self.open = None;
         match last_of_this_poll {
-            Some(index) if self.offset.failed.is_none() => records[index].offset = self.offset.to_json(),
+            Some(index) if end != End::Failed => records[index].offset = self.offset.to_json(),
             _ => records.push(self.record("", None)),
         }
+    }
+
+    /// Starts the next version from its beginning (the file was truncated or rewritten).
+    fn restart_version(&mut self, why: String) {
+        log::info(&format!("{}: {why}: reading it again from the start", printable(&self.key.path)));
+        self.offset = FileOffset::start(&self.key.path, self.offset.version + 1, 0);
+        self.open = None;
+    }
+
+    /// Whether the open plain file was truncated or rewritten in place since it was read
+    /// (as logrotate's `copytruncate` does): it is shorter than what was read, or its first
+    /// bytes are not the ones read. Checked before each read, so nothing is read from the
+    /// old position of new content.
+    fn rewritten(&self) -> Option<String> {
+        let open = self.open.as_ref()?;
+        if self.key.path.ends_with(".gz") {
+            return None;
+        }
+        let stat = open.file.stat().ok()?;
+        if stat.size < self.offset.position {
+            return Some(format!("it shrank to {} bytes, below the {} read", stat.size, self.offset.position));
+        }
+        let head = open.head.borrow();
+        let changed = !head.is_empty() && open.file.read(head.len() as u64, 0).ok().is_none_or(|(now, _)| now != *head);
+        changed.then(|| "it was rewritten in place (truncated and written again)".to_string())
+    }
+
+    /// The largest line one record may hold: the cap minus the key and headers.
+    fn max_line(&self, settings: &Settings) -> usize {
+        let overhead = 2 * self.key.path.len() + "file.path".len() + "file.line".len() + 20;
+        (settings.record_max_bytes as usize).saturating_sub(overhead).max(1)
     }
 }
 
 impl TaskState {
+    /// Opens a file for reading at its offset, checking it is still the file assigned.
+    fn open_file(&mut self, index: usize) -> Result<(), (End, String)> {
+        let settings = Rc::clone(&self.settings);
+        let open_plain = self.files.iter().filter(|f| f.open.is_some() && !f.key.path.ends_with(".gz")).count();
+        let open_now = self.files.iter().filter(|f| f.open.is_some()).count();
+        if open_now >= MAX_OPEN_READERS {
+            if open_plain == 0 {
+                return Ok(()); // every slot holds a .gz stream: wait for one to finish
+            }
+            let lru = (0..self.files.len())
+                .filter(|&i| !self.files[i].key.path.ends_with(".gz"))
+                .filter_map(|i| Some((i, self.files[i].open.as_ref()?.last_poll)))
+                .min_by_key(|(_, poll)| *poll)
+                .map(|(i, _)| i);
+            if let Some(lru) = lru {
+                self.files[lru].open = None;
+            }
+        }
+        let file = &mut self.files[index];
+        let missing = |why: String| (End::Missing, why);
+        let descriptor =
+            open(&file.absolute).map_err(|e| missing(format!("not found at its listed path ({})", error_text(e))))?;
+        let id = descriptor.metadata_hash().map(hash_hex).map_err(|e| missing(error_text(e)))?;
+        if id != file.key.id {
+            return Err(missing("its listed path now names another file".into()));
+        }
+        let descriptor = Rc::new(descriptor);
+        let compressed = file.key.path.ends_with(".gz");
+        if !compressed
+            && let Ok(stat) = descriptor.stat()
+            && stat.size < file.offset.position
+        {
+            file.restart_version(format!("it shrank to {} bytes, below the {} read", stat.size, file.offset.position));
+        }
+        let max_line = file.max_line(&settings);
+        // Resuming mid-file: the first bytes as they are now stand for the ones read before.
+        let known_head = match file.offset.position {
+            0 => Vec::new(),
+            position if !compressed => {
+                descriptor.read(position.min(HEAD_BYTES as u64), 0).map(|(bytes, _)| bytes).unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
+        let head = Rc::new(RefCell::new(known_head));
+        let source = |offset| Box::new(PositionalFile { file: Rc::clone(&descriptor), offset, head: Rc::clone(&head) });
+        let reader = if compressed {
+            LineReader::gzip(source(0), file.offset.position, max_line)
+                .map_err(|e| (End::Failed, format!("cannot be read: {e}")))?
+        } else {
+            LineReader::new(source(file.offset.position), file.offset.position, max_line)
+        };
+        file.open = Some(OpenFile { file: descriptor, reader, head, last_poll: self.polls });
+        Ok(())
+    }
+
     /// Reads from one file until the poll's budget is spent or nothing more is there.
     fn read_file(&mut self, index: usize, records: &mut Vec<Record>, bytes: &mut usize) {
         let settings = Rc::clone(&self.settings);
-        let stall_after = self.stall_after_lines;
-        let file = &mut self.files[index];
-        let mut last_of_this_poll = None;
-        let size = std::fs::metadata(&file.path).map(|m| m.len()).unwrap_or(file.offset.size);
         if settings.read_mode == ReadMode::Bytes {
-            match read_whole(&file.path, settings.bytes_max) {
-                Ok(content) => {
-                    file.offset.position = content.len() as u64;
-                    file.offset.size = size;
-                    file.offset.line = 1;
-                    *bytes += content.len();
-                    records.push(file.record(&settings.topic, Some(content)));
-                    let last = records.len() - 1;
-                    file.finish(records, Some(last), None);
-                }
-                Err(e) => file.finish(records, None, Some(format!("cannot be read: {e}"))),
-            }
-            return;
+            return self.read_whole_file(index, records, bytes);
         }
-        if file.reader.is_none() {
-            match open_reader(&file.path, file.offset.position) {
-                Ok(reader) => file.reader = Some(reader),
-                Err(e) => return file.finish(records, None, Some(format!("cannot be read: {e}"))),
+        if self.files[index].open.is_none() {
+            if let Err((end, why)) = self.open_file(index) {
+                return self.files[index].finish(records, None, end, Some(why));
+            }
+            if self.files[index].open.is_none() {
+                return; // no reader slot this time
             }
         }
+        let stall_after = self.stall_after_lines;
+        let polls = self.polls;
+        let file = &mut self.files[index];
+        if let Some(why) = file.rewritten() {
+            return file.restart_version(why);
+        }
+        let mut last_of_this_poll = None;
         let hold_partial = settings.completion == Completion::Tail;
         while records.len() < settings.poll_max_records && *bytes < settings.poll_max_bytes {
             if stall_after.is_some_and(|n| file.offset.line >= n) {
                 return;
             }
-            let reader = file.reader.as_mut().expect("opened above");
-            match reader.next_line(hold_partial) {
+            let open = file.open.as_mut().expect("opened above");
+            open.last_poll = polls;
+            match open.reader.next_line(hold_partial) {
                 Ok(Some(line)) => {
-                    file.offset.position = reader.position;
+                    file.offset.position = open.reader.position;
                     file.offset.line += 1;
-                    file.offset.size = size;
+                    if !file.key.path.ends_with(".gz") {
+                        file.offset.size = file.offset.size.max(file.offset.position);
+                    }
                     file.last_growth_ms = now_ms();
                     *bytes += line.len();
                     records.push(file.record(&settings.topic, Some(line)));
                     last_of_this_poll = Some(records.len() - 1);
+                    file.announce = false;
                 }
-                Ok(None) => {
-                    let done = match settings.completion {
-                        Completion::Eof => true,
-                        // Rotated, replaced or removed: everything written to it was read
-                        // through the open handle, so it is finished.
-                        Completion::Tail => {
-                            let rotated = identity(&file.path).as_deref() != Some(file.key.id.as_str());
-                            if rotated && !file.draining {
-                                // Read what was written before the rotation, then finish.
-                                file.draining = true;
-                                continue;
-                            }
-                            rotated
-                                || (settings.tail_idle_ms > 0
-                                    && now_ms().saturating_sub(file.last_growth_ms) >= settings.tail_idle_ms)
+                Ok(None) => return Self::at_end(file, &settings, records, last_of_this_poll),
+                Err(e) if is_too_long(&e) => {
+                    let reason = format!("line {} is {e}", file.offset.line + 1);
+                    return file.finish(records, last_of_this_poll, End::Failed, Some(reason));
+                }
+                Err(e) => {
+                    let reason = format!("cannot be read: {e}");
+                    return file.finish(records, last_of_this_poll, End::Failed, Some(reason));
+                }
+            }
+        }
+        // The budget ran out mid-file: note the size seen on the last record.
+        if let (Some(index), Some(stat)) = (last_of_this_poll, file.open.as_ref().and_then(|o| o.file.stat().ok())) {
+            file.offset.size = stat.size;
+            file.offset.mtime = mtime_ns(&stat);
+            records[index].offset = file.offset.to_json();
+        }
+    }
+
+    /// Everything there is now was read: decide whether the file is done.
+    fn at_end(file: &mut TaskFile, settings: &Settings, records: &mut Vec<Record>, last: Option<usize>) {
+        let open = file.open.as_ref().expect("open");
+        let Ok(stat) = open.file.stat() else {
+            return file.finish(records, last, End::Failed, Some("cannot be read: its status is unavailable".into()));
+        };
+        let compressed = file.key.path.ends_with(".gz");
+        if !compressed && stat.size < file.offset.position {
+            return file
+                .restart_version(format!("it shrank to {} bytes, below the {} read", stat.size, file.offset.position));
+        }
+        let seen_all = compressed || stat.size <= file.offset.position + open.reader.pending_len() as u64;
+        let grew = stat.size != file.offset.size || mtime_ns(&stat) != file.offset.mtime;
+        file.offset.size = stat.size;
+        file.offset.mtime = mtime_ns(&stat);
+        let now = now_ms();
+        match settings.completion {
+            Completion::Eof if seen_all => file.finish(records, last, End::Eof, None),
+            Completion::Eof => {}
+            Completion::Tail => {
+                let end = if stat.link_count == 0 {
+                    Some(End::Removed)
+                } else if file.rotated_since.is_some()
+                    || identity(&file.absolute).as_deref() != Some(file.key.id.as_str())
+                {
+                    let since = *file.rotated_since.get_or_insert(now);
+                    (now.saturating_sub(since.max(file.last_growth_ms)) >= settings.rotation_grace_ms)
+                        .then_some(End::Rotated)
+                } else if settings.tail_idle_ms > 0 && now.saturating_sub(file.last_growth_ms) >= settings.tail_idle_ms
+                {
+                    Some(End::Idle)
+                } else {
+                    None
+                };
+                match end {
+                    Some(end) if seen_all => {
+                        let mut last = last;
+                        // A removed or rotated file will not get its last newline.
+                        if matches!(end, End::Removed | End::Rotated)
+                            && let Ok(Some(line)) = file.open.as_mut().expect("open").reader.next_line(false)
+                        {
+                            file.offset.position = file.open.as_ref().expect("open").reader.position;
+                            file.offset.line += 1;
+                            records.push(file.record(&settings.topic, Some(line)));
+                            last = Some(records.len() - 1);
                         }
-                    };
-                    if done {
-                        file.finish(records, last_of_this_poll, None);
+                        file.offset.head = head_of(&file.open.as_ref().expect("open").file, file.offset.position);
+                        file.finish(records, last, end, None);
                     }
-                    return;
+                    _ => {
+                        if grew || file.announce {
+                            file.announce = false;
+                            file.last_growth_ms = now;
+                            // Progress the connector can see, also when no line is complete.
+                            match last {
+                                Some(index) => records[index].offset = file.offset.to_json(),
+                                None => records.push(file.record("", None)),
+                            }
+                        }
+                    }
                 }
-                Err(e) => return file.finish(records, last_of_this_poll, Some(format!("cannot be read: {e}"))),
+            }
+        }
+    }
+
+    fn read_whole_file(&mut self, index: usize, records: &mut Vec<Record>, bytes: &mut usize) {
+        let settings = Rc::clone(&self.settings);
+        let file = &mut self.files[index];
+        let descriptor = match open(&file.absolute) {
+            Ok(d) if d.metadata_hash().map(hash_hex).ok().as_deref() == Some(file.key.id.as_str()) => Rc::new(d),
+            _ => {
+                let why = "not found at its listed path, or it now names another file".to_string();
+                return file.finish(records, None, End::Missing, Some(why));
+            }
+        };
+        let stat = descriptor.stat().ok();
+        let record_cap = file.max_line(&settings) as u64;
+        let (max, why) = if settings.bytes_max <= record_cap {
+            (settings.bytes_max, "read.bytes.max.size")
+        } else {
+            (record_cap, "what one record may hold (sandbox.record.max.bytes)")
+        };
+        let source = Box::new(PositionalFile { file: Rc::clone(&descriptor), offset: 0, head: Rc::default() });
+        match read_whole(source, file.key.path.ends_with(".gz"), max, why) {
+            Ok(content) => {
+                file.offset.position = content.len() as u64;
+                file.offset.size = stat.as_ref().map_or(0, |s| s.size);
+                file.offset.mtime = stat.as_ref().map_or(0, mtime_ns);
+                file.offset.line = 1;
+                *bytes += content.len();
+                records.push(file.record(&settings.topic, Some(content)));
+                let last = records.len() - 1;
+                file.finish(records, Some(last), End::Eof, None);
+            }
+            Err(e) => {
+                file.offset.size = stat.as_ref().map_or(0, |s| s.size);
+                file.offset.mtime = stat.as_ref().map_or(0, mtime_ns);
+                file.finish(records, None, End::Failed, Some(format!("cannot be read: {e}")));
             }
         }
     }
@@ -512,34 +1059,47 @@ impl Task for TaskState {
     fn start(config: Config) -> Result<Self, Error> {
         let config = config.0;
         let settings = Settings::parse(&config).map_err(invalid)?;
-        let listed: Vec<(String, String, u32)> = config
+        let listed: Vec<Assigned> = config
             .get("file-pulse.files")
             .map(|text| serde_json::from_str(text))
             .transpose()
             .map_err(|e| Error::InvalidConfig(format!("file-pulse.files: {e}")))?
             .unwrap_or_default();
-        let keys: Vec<FileKey> =
-            listed.iter().map(|(path, id, _)| FileKey { path: path.clone(), id: id.clone() }).collect();
-        let offsets = committed(&keys);
+        let partitions: Vec<String> = listed.iter().map(|f| partition(&f.id)).collect();
+        let offsets = committed(&partitions);
         let now = now_ms();
-        let files = keys
+        let files = listed
             .into_iter()
             .zip(offsets)
-            .zip(listed)
-            .map(|((key, offset), (_, _, attempt))| {
-                let offset = match offset {
-                    Some(offset) if offset.attempt >= attempt => offset,
-                    _ => FileOffset { attempt, ..FileOffset::default() },
+            .zip(partitions)
+            .map(|((key, committed), partition)| {
+                let announce = committed.as_ref().is_none_or(|o| o.version != key.version || o.attempt != key.attempt);
+                // Renamed since it was read (a rotated log found under its new name).
+                let renamed = committed.as_ref().is_some_and(|o| !o.path.is_empty() && o.path != key.path);
+                let offset = match committed {
+                    Some(o) if o.version > key.version || (o.version == key.version && o.attempt >= key.attempt) => o,
+                    // A retry, or the new bytes of a finished log: on from where it stopped.
+                    Some(o) if o.version == key.version => FileOffset {
+                        done: false,
+                        end: End::Eof,
+                        failed: None,
+                        head: None,
+                        attempt: key.attempt,
+                        path: key.path.clone(),
+                        ..o
+                    },
+                    _ => FileOffset::start(&key.path, key.version, key.attempt),
                 };
                 TaskFile {
-                    partition: key.partition(),
-                    path: format!("{}/{}", settings.directory, key.path),
+                    absolute: format!("{}/{}", settings.directory, key.path),
                     finished: offset.done,
+                    partition,
                     key,
                     offset,
-                    reader: None,
+                    open: None,
                     last_growth_ms: now,
-                    draining: false,
+                    rotated_since: (renamed && settings.completion == Completion::Tail).then_some(now),
+                    announce,
                 }
             })
             .collect::<Vec<_>>();
@@ -553,7 +1113,7 @@ impl Task for TaskState {
             .filter(|_| generation == 0 && stalls_here);
         let open = files.iter().filter(|f| !f.finished).count();
         log::info(&format!("streaming {open} of {} assigned file(s), generation {generation}", files.len()));
-        Ok(TaskState { settings: Rc::new(settings), files, cursor: 0, stall_after_lines })
+        Ok(TaskState { settings: Rc::new(settings), files, cursor: 0, polls: 0, stall_after_lines })
     }
 
     fn poll(&mut self) -> Result<Vec<Record>, Error> {
@@ -561,6 +1121,7 @@ impl Task for TaskState {
         let mut bytes = 0;
         let count = self.files.len();
         let settings = Rc::clone(&self.settings);
+        self.polls += 1;
         for step in 0..count {
             if records.len() >= settings.poll_max_records || bytes >= settings.poll_max_bytes {
                 break;

@@ -1,43 +1,103 @@
 //! The source partition and offset of one file.
+//!
+//! The partition is the file's identity alone, `{"id": <device and inode hash>}`, so a
+//! file keeps its partition when it is renamed (rotation) or moved within the listing.
+//! The offset says how far it was read *and what the file looked like*: its path, size
+//! and modification time when last read, and a `version` that grows each time a
+//! new file turns up under an identity that was finished (an inode the filesystem
+//! reused), so a new file is never mistaken for a finished one. See [`crate::identity`].
 
 use serde::{Deserialize, Serialize};
 
-/// A file as the connector and its tasks name it.
+/// A file as the connector and its tasks name it: its identity, and where it was found.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct FileKey {
+    /// The file's identity (WASI metadata hash of device and inode, hex).
+    pub id: String,
     /// Path relative to `fs.listing.directory.path`, with `/` separators.
     pub path: String,
-    /// The file's identity (WASI metadata hash, hex).
-    pub id: String,
 }
 
-impl FileKey {
-    /// `{"id": ..., "path": ...}` (keys sorted, as the host stores partitions).
-    pub fn partition(&self) -> String {
-        serde_json::json!({ "path": self.path, "id": self.id }).to_string()
-    }
+/// `{"id": ...}`: the source partition of the file with this identity.
+pub fn partition(id: &str) -> String {
+    serde_json::json!({ "id": id }).to_string()
+}
+
+/// Why a file is done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum End {
+    /// Read to its end (`file.completion=eof`), or not done yet.
+    #[default]
+    Eof,
+    /// Tail mode: the file was removed.
+    Removed,
+    /// Tail mode: the file was renamed away (rotated) and stopped growing.
+    Rotated,
+    /// Tail mode: the file did not grow for `tail.idle.ms`.
+    Idle,
+    /// It could not be read (`failed` says why).
+    Failed,
+    /// It was not where it was listed when its task looked (renamed, moved or replaced
+    /// meanwhile); the next listing finds it wherever it is and reads on.
+    Missing,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileOffset {
-    /// Bytes consumed (of the decompressed stream for `.gz` files).
+    /// Where the file was last read, relative to the listed directory.
+    #[serde(default)]
+    pub path: String,
+    /// Bytes consumed (of the decompressed stream for `.gz` files), up to the end of the
+    /// last complete line sent.
     pub position: u64,
     /// Records (lines) emitted so far.
     pub line: u64,
-    /// File size when it was read.
+    /// File size when it was last read (everything up to it was seen, sent or held back
+    /// as an unfinished last line).
     pub size: u64,
-    /// Nothing more will be read from this file.
+    /// Modification time (nanoseconds since the Unix epoch) when it was last read.
+    #[serde(default)]
+    pub mtime: u64,
+    /// Nothing more will be read from this version of the file.
     pub done: bool,
+    #[serde(default, skip_serializing_if = "is_eof")]
+    pub end: End,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
-    /// Retry number: a failed file moved back into the directory is read again from the
-    /// start with the next attempt.
+    /// Version of the file under this identity: a new file with a reused identity is the
+    /// next version, read from the start.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub version: u32,
+    /// Retry within a version: a failed or missing file seen again reads on from
+    /// `position` with the next attempt.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempt: u32,
+    /// Tail mode: a hash of the first `min(position, HEAD_BYTES)` bytes when the file was
+    /// finished, to tell a finished log that grew from a new file in its place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_eof(end: &End) -> bool {
+    *end == End::Eof
+}
+
+/// How many leading bytes [`FileOffset::head`] covers.
+pub const HEAD_BYTES: usize = 256;
+
+/// FNV-1a, 64 bits, as hex: small, stable across builds and platforms.
+pub fn head_hash(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
 }
 
 impl FileOffset {
@@ -48,6 +108,11 @@ impl FileOffset {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("offsets serialize")
     }
+
+    /// The start of a version of a file.
+    pub fn start(path: &str, version: u32, attempt: u32) -> FileOffset {
+        FileOffset { path: path.to_string(), version, attempt, ..FileOffset::default() }
+    }
 }
 
 #[cfg(test)]
@@ -56,10 +121,28 @@ mod tests {
 
     #[test]
     fn offsets_round_trip_and_omit_defaults() {
-        let offset = FileOffset { position: 10, line: 2, size: 10, done: true, failed: None, attempt: 0 };
-        assert_eq!(offset.to_json(), r#"{"position":10,"line":2,"size":10,"done":true}"#);
+        let offset = FileOffset {
+            path: "a.log".into(),
+            position: 10,
+            line: 2,
+            size: 10,
+            mtime: 7,
+            done: true,
+            ..FileOffset::default()
+        };
+        assert_eq!(offset.to_json(), r#"{"path":"a.log","position":10,"line":2,"size":10,"mtime":7,"done":true}"#);
         assert_eq!(FileOffset::parse(&offset.to_json()), Some(offset));
-        let key = FileKey { path: "a/b.log".into(), id: "ff".into() };
-        assert_eq!(key.partition(), r#"{"id":"ff","path":"a/b.log"}"#);
+        let failed = FileOffset { end: End::Failed, failed: Some("x".into()), version: 2, ..FileOffset::default() };
+        let text = failed.to_json();
+        assert!(text.contains(r#""end":"failed""#) && text.contains(r#""version":2"#), "{text}");
+        assert_eq!(FileOffset::parse(&text), Some(failed));
+        assert_eq!(partition("ff"), r#"{"id":"ff"}"#);
+    }
+
+    #[test]
+    fn head_hash_is_stable() {
+        assert_eq!(head_hash(b""), "cbf29ce484222325");
+        assert_eq!(head_hash(b"a"), "af63dc4c8601ec8c");
+        assert_ne!(head_hash(b"ab"), head_hash(b"ba"));
     }
 }

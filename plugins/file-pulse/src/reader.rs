@@ -1,11 +1,31 @@
 //! Reading one file from a position: lines (without `\n` or `\r\n`) or the whole file,
-//! `.gz` decompressed. Memory stays bounded by the buffer and the longest line.
+//! `.gz` decompressed. Memory stays bounded by the buffer and the longest line allowed,
+//! which is what one record may hold: a longer line is an error ([`TooLong`]) that fails
+//! its file, not the task.
 
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{self, BufRead, BufReader, Read};
 
-/// Lines longer than this fail the file rather than exhaust the sandbox's memory.
-pub const MAX_LINE_BYTES: usize = 16 << 20;
+/// Read buffer per open file.
+const BUFFER: usize = 32 << 10;
+
+/// A line or file larger than a record may be.
+#[derive(Debug)]
+pub struct TooLong {
+    pub limit: usize,
+}
+
+impl std::fmt::Display for TooLong {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "longer than the {} bytes one record may hold (sandbox.record.max.bytes)", self.limit)
+    }
+}
+
+impl std::error::Error for TooLong {}
+
+/// Whether `error` is a [`TooLong`].
+pub fn is_too_long(error: &io::Error) -> bool {
+    error.get_ref().is_some_and(|e| e.is::<TooLong>())
+}
 
 pub struct LineReader {
     source: BufReader<Box<dyn Read>>,
@@ -13,29 +33,29 @@ pub struct LineReader {
     pub position: u64,
     /// A line whose newline has not been written yet (tail mode holds it back).
     pending: Vec<u8>,
+    max_line: usize,
 }
 
 impl LineReader {
-    /// Reads lines from `source`, which must start at byte `position` of the file.
-    pub fn from_source(source: Box<dyn Read>, position: u64) -> LineReader {
-        LineReader { source: BufReader::with_capacity(64 << 10, source), position, pending: Vec::new() }
+    /// Reads lines from `source`, which starts at byte `position` of the (decompressed)
+    /// file; lines longer than `max_line` are [`TooLong`].
+    pub fn new(source: Box<dyn Read>, position: u64, max_line: usize) -> LineReader {
+        LineReader { source: BufReader::with_capacity(BUFFER, source), position, pending: Vec::new(), max_line }
     }
 
-    /// Opens `path` and skips to `position` (a seek, or decompressing up to it for `.gz`).
-    pub fn open(path: &str, position: u64) -> io::Result<LineReader> {
-        let mut file = File::open(path)?;
-        let source: Box<dyn Read> = if path.ends_with(".gz") {
-            let mut decoder = flate2::read::MultiGzDecoder::new(file);
-            let skipped = io::copy(&mut (&mut decoder).take(position), &mut io::sink())?;
-            if skipped < position {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file is shorter than its committed offset"));
-            }
-            Box::new(decoder)
-        } else {
-            file.seek(SeekFrom::Start(position))?;
-            Box::new(file)
-        };
-        Ok(LineReader::from_source(source, position))
+    /// Lines of a gzip stream read from its start, skipping to decompressed `position`.
+    pub fn gzip(compressed: Box<dyn Read>, position: u64, max_line: usize) -> io::Result<LineReader> {
+        let mut decoder = flate2::read::MultiGzDecoder::new(compressed);
+        let skipped = io::copy(&mut (&mut decoder).take(position), &mut io::sink())?;
+        if skipped < position {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file is shorter than its committed offset"));
+        }
+        Ok(LineReader::new(Box::new(decoder), position, max_line))
+    }
+
+    /// Bytes of an unfinished last line held back (tail mode).
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
     }
 
     /// The next line, or `None` at the end of what is there now. With `hold_partial`, a
@@ -51,45 +71,40 @@ impl LineReader {
                 self.position += self.pending.len() as u64;
                 return Ok(Some(std::mem::take(&mut self.pending)));
             }
-            match available.iter().position(|&b| b == b'\n') {
-                Some(end) => {
-                    self.pending.extend_from_slice(&available[..end]);
-                    self.source.consume(end + 1);
-                    self.position += self.pending.len() as u64 + 1;
-                    let mut line = std::mem::take(&mut self.pending);
-                    if line.last() == Some(&b'\r') {
-                        line.pop();
-                    }
-                    return Ok(Some(line));
+            let (taken, complete) = match available.iter().position(|&b| b == b'\n') {
+                Some(end) => (end, true),
+                None => (available.len(), false),
+            };
+            if self.pending.len() + taken > self.max_line + 1 {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: self.max_line }));
+            }
+            self.pending.extend_from_slice(&available[..taken]);
+            self.source.consume(taken + usize::from(complete));
+            if complete {
+                self.position += self.pending.len() as u64 + 1;
+                let mut line = std::mem::take(&mut self.pending);
+                if line.last() == Some(&b'\r') {
+                    line.pop();
                 }
-                None => {
-                    let n = available.len();
-                    self.pending.extend_from_slice(available);
-                    self.source.consume(n);
-                    if self.pending.len() > MAX_LINE_BYTES {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("a line is longer than {MAX_LINE_BYTES} bytes"),
-                        ));
-                    }
+                if line.len() > self.max_line {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: self.max_line }));
                 }
+                return Ok(Some(line));
+            }
+            if self.pending.len() > self.max_line + 1 {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: self.max_line }));
             }
         }
     }
 }
 
-/// The whole content (decompressed for `.gz`), refused above `max` bytes.
-pub fn read_whole(path: &str, max: u64) -> io::Result<Vec<u8>> {
-    let file = File::open(path)?;
-    let source: Box<dyn Read> =
-        if path.ends_with(".gz") { Box::new(flate2::read::MultiGzDecoder::new(file)) } else { Box::new(file) };
+/// The whole content of `source` (decompressed when `gzip`), refused above `max` bytes.
+pub fn read_whole(source: Box<dyn Read>, gzip: bool, max: u64, why: &str) -> io::Result<Vec<u8>> {
+    let source: Box<dyn Read> = if gzip { Box::new(flate2::read::MultiGzDecoder::new(source)) } else { source };
     let mut content = Vec::new();
     source.take(max + 1).read_to_end(&mut content)?;
     if content.len() as u64 > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("file is larger than read.bytes.max.size ({max} bytes)"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("file is larger than {why} ({max} bytes)")));
     }
     Ok(content)
 }
@@ -99,37 +114,46 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn lines(path: &str, from: u64, hold: bool) -> (Vec<String>, u64) {
-        let mut reader = LineReader::open(path, from).unwrap();
+    fn lines(text: &[u8], from: u64, hold: bool, max: usize) -> io::Result<(Vec<String>, u64)> {
+        let mut reader = LineReader::new(Box::new(io::Cursor::new(text[from as usize..].to_vec())), from, max);
         let mut out = Vec::new();
-        while let Some(line) = reader.next_line(hold).unwrap() {
+        while let Some(line) = reader.next_line(hold)? {
             out.push(String::from_utf8(line).unwrap());
         }
-        (out, reader.position)
+        Ok((out, reader.position))
     }
 
     #[test]
-    fn lines_crlf_no_trailing_newline_resume_and_gzip() {
-        let dir = std::env::temp_dir().join(format!("file-pulse-reader-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let plain = dir.join("a.log");
-        std::fs::write(&plain, "one\r\ntwo\nthree").unwrap();
-        let plain = plain.to_str().unwrap();
-        assert_eq!(lines(plain, 0, false), (vec!["one".into(), "two".into(), "three".into()], 14));
-        assert_eq!(lines(plain, 5, false), (vec!["two".into(), "three".into()], 14));
+    fn lines_crlf_no_trailing_newline_and_resume() {
+        let text = b"one\r\ntwo\nthree";
+        assert_eq!(lines(text, 0, false, 100).unwrap(), (vec!["one".into(), "two".into(), "three".into()], 14));
+        assert_eq!(lines(text, 5, false, 100).unwrap(), (vec!["two".into(), "three".into()], 14));
         // Tail mode holds the unfinished last line back.
-        assert_eq!(lines(plain, 0, true), (vec!["one".into(), "two".into()], 9));
+        assert_eq!(lines(text, 0, true, 100).unwrap(), (vec!["one".into(), "two".into()], 9));
+    }
 
-        let gz = dir.join("b.log.gz");
-        let mut encoder =
-            flate2::write::GzEncoder::new(std::fs::File::create(&gz).unwrap(), flate2::Compression::default());
+    #[test]
+    fn a_line_longer_than_a_record_is_too_long_and_nothing_after_it_is_read() {
+        let text = format!("ok\n{}\nafter\n", "x".repeat(50));
+        let mut reader = LineReader::new(Box::new(io::Cursor::new(text.into_bytes())), 0, 10);
+        assert_eq!(reader.next_line(false).unwrap().unwrap(), b"ok");
+        let error = reader.next_line(false).unwrap_err();
+        assert!(is_too_long(&error), "{error}");
+        assert_eq!(reader.position, 3, "the position stays before the long line");
+        // Exactly at the limit is fine, CRLF included.
+        assert_eq!(lines(b"0123456789\r\n", 0, false, 10).unwrap().0, ["0123456789"]);
+        assert!(lines(b"0123456789a\n", 0, false, 10).is_err());
+    }
+
+    #[test]
+    fn gzip_resumes_and_whole_files_are_capped() {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         encoder.write_all(b"x\ny\n").unwrap();
-        encoder.finish().unwrap();
-        let gz = gz.to_str().unwrap();
-        assert_eq!(lines(gz, 0, false), (vec!["x".into(), "y".into()], 4));
-        assert_eq!(lines(gz, 2, false), (vec!["y".into()], 4));
-        assert_eq!(read_whole(gz, 4).unwrap(), b"x\ny\n");
-        assert!(read_whole(gz, 3).is_err());
-        std::fs::remove_dir_all(dir).unwrap();
+        let gz = encoder.finish().unwrap();
+        let mut reader = LineReader::gzip(Box::new(io::Cursor::new(gz.clone())), 2, 100).unwrap();
+        assert_eq!(reader.next_line(false).unwrap().unwrap(), b"y");
+        assert_eq!(reader.position, 4);
+        assert_eq!(read_whole(Box::new(io::Cursor::new(gz.clone())), true, 4, "cap").unwrap(), b"x\ny\n");
+        assert!(read_whole(Box::new(io::Cursor::new(gz)), true, 3, "cap").unwrap_err().to_string().contains("cap"));
     }
 }

@@ -38,6 +38,12 @@ pub const KEYS: &[(&str, Option<&str>, &str, &str)] = &[
     ),
     ("tail.idle.ms", Some("0"), "low", "With tail: a file that has not grown for this long is done; 0 means never."),
     (
+        "tail.rotation.grace.ms",
+        Some("2000"),
+        "low",
+        "With tail: a file renamed away (rotated) is read on until it has not grown for this long, so lines its writer adds just after the rename are not lost.",
+    ),
+    (
         "task.stall.timeout.ms",
         Some("30000"),
         "medium",
@@ -69,6 +75,9 @@ pub enum Completion {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub topic: String,
+    /// The host's `sandbox.record.max.bytes`: a line or file that cannot fit in one record
+    /// fails its file alone instead of the task.
+    pub record_max_bytes: u64,
     pub directory: String,
     pub listing_interval_ms: u64,
     pub recursive: bool,
@@ -80,6 +89,7 @@ pub struct Settings {
     pub bytes_max: u64,
     pub completion: Completion,
     pub tail_idle_ms: u64,
+    pub rotation_grace_ms: u64,
     pub stall_timeout_ms: u64,
     pub poll_max_records: usize,
     pub poll_max_bytes: usize,
@@ -138,6 +148,22 @@ impl Settings {
             empty if empty.is_empty() => move_success.clone(),
             path => path,
         };
+        let move_success = move_success.trim_end_matches('/').to_string();
+        let move_failure = move_failure.trim_end_matches('/').to_string();
+        let directory = required("fs.listing.directory.path")?.trim_end_matches('/').to_string();
+        if cleanup == Cleanup::Move {
+            for (key, path) in [
+                ("fs.cleanup.policy.move.success.path", &move_success),
+                ("fs.cleanup.policy.move.failure.path", &move_failure),
+            ] {
+                if *path == directory {
+                    return Err(problem(
+                        key,
+                        format!("'{path}' is the listed directory itself: files moved there would be read again"),
+                    ));
+                }
+            }
+        }
         let read_mode = match get("read.mode").as_str() {
             "lines" => ReadMode::Lines,
             "bytes" => ReadMode::Bytes,
@@ -152,7 +178,12 @@ impl Settings {
         };
         Ok(Settings {
             topic: required("topic")?,
-            directory: required("fs.listing.directory.path")?.trim_end_matches('/').to_string(),
+            directory,
+            record_max_bytes: match config.get("sandbox.record.max.bytes") {
+                // The host's default; the host refuses a record above its cap either way.
+                None => 1 << 20,
+                Some(_) => number("sandbox.record.max.bytes")?,
+            },
             listing_interval_ms: number("fs.listing.interval.ms")?,
             recursive: boolean("fs.listing.recursive")?,
             filter,
@@ -163,6 +194,7 @@ impl Settings {
             bytes_max: number("read.bytes.max.size")?,
             completion,
             tail_idle_ms: number("tail.idle.ms")?,
+            rotation_grace_ms: number("tail.rotation.grace.ms")?,
             stall_timeout_ms: number("task.stall.timeout.ms")?,
             poll_max_records: number("poll.max.records")?.max(1) as usize,
             poll_max_bytes: number("poll.max.bytes")?.max(1) as usize,
@@ -195,7 +227,11 @@ mod tests {
         assert_eq!(parse(&[("file.filter.regex.pattern", "([")]).unwrap_err().0, "file.filter.regex.pattern");
         assert_eq!(parse(&[("fs.cleanup.policy", "shred")]).unwrap_err().0, "fs.cleanup.policy");
         assert_eq!(parse(&[("fs.cleanup.policy", "move")]).unwrap_err().0, "fs.cleanup.policy.move.success.path");
-        let moved = parse(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", "/done")]).unwrap();
+        let moved = parse(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", "/done/")]).unwrap();
         assert_eq!(moved.move_failure, "/done");
+        let into_itself = parse(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", "/in/")]);
+        assert_eq!(into_itself.unwrap_err().0, "fs.cleanup.policy.move.success.path");
+        assert_eq!(parse(&[]).unwrap().record_max_bytes, 1 << 20);
+        assert_eq!(parse(&[("sandbox.record.max.bytes", "100")]).unwrap().record_max_bytes, 100);
     }
 }

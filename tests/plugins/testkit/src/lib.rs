@@ -16,6 +16,8 @@
 //! - `poll.trap.at`, `poll.loop.at`, `poll.raise.error.at`, `poll.reconfigure.at`: at
 //!   that sequence number, trap (`unreachable`), spin forever, call `raise-error`, or
 //!   call `request-task-reconfiguration`.
+//! - `poll.oversize.at`: the record at that sequence number carries a value of
+//!   `oversize.bytes` bytes (default 2 MiB, above the host's default record cap).
 //! - `trap.marker.file`: with `poll.trap.at`, trap only while this file does not exist,
 //!   creating it first, so that the restarted task goes on.
 //!
@@ -256,12 +258,16 @@ impl TaskGuest for Testkit {
                 if key(config, "poll.reconfigure.at") == Some(seq) {
                     connector_context::request_task_reconfiguration();
                 }
+                let mut value = format!("{}-{seq}", state.task_id).into_bytes();
+                if key(config, "poll.oversize.at") == Some(seq) {
+                    value.resize(key(config, "oversize.bytes").unwrap_or(2 << 20) as usize, b'o');
+                }
                 records.push(SourceRecord {
                     partition: partition(&state.task_id),
                     offset: json!({ "seq": seq }).to_string(),
                     topic: config.get("topic").cloned(),
                     key: Some(state.task_id.clone().into_bytes()),
-                    value: Some(format!("{}-{seq}", state.task_id).into_bytes()),
+                    value: Some(value),
                     headers: Vec::new(),
                     timestamp: None,
                 });

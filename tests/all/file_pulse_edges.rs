@@ -1,0 +1,357 @@
+//! file-pulse on the patterns users have, each of which lost or re-sent records before:
+//! the same name dropped again and again (with every cleanup policy), log rotation with a
+//! writer appending throughout, copytruncate, a recursive listing that holds the success
+//! folder, `move` onto a name already archived, a file that fails part way and is
+//! retried, a name that is not UTF-8, a last line without its newline in tail mode,
+//! `tasks.max` far above the work, a finished file that changes, and one line too large
+//! for a record.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+use sluice::config::DEFAULT_TENANT;
+use sluice::storage::{Namespace, State};
+
+use crate::common::*;
+use crate::file_pulse::{Dirs, by_file, pulse};
+use crate::files::{drop_file, gzip};
+
+/// Committed offsets of the `pulse` connector by the file path they last read.
+fn offsets_by_path(host: &TestHost) -> BTreeMap<String, Value> {
+    let offsets =
+        host.herder.services().stores.offsets().all_offsets(&Namespace::new(DEFAULT_TENANT, "pulse")).unwrap();
+    offsets
+        .into_iter()
+        .map(|(_, o)| serde_json::from_str::<Value>(&o).unwrap())
+        .map(|o| (o["path"].as_str().unwrap().to_string(), o))
+        .collect()
+}
+
+fn inode(path: &Path) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap())
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+/// Five rounds of `data.csv` written under a hidden name and renamed into the inbox; the
+/// filesystem usually hands the new file the inode of the one just removed.
+async fn same_name_rounds(policy: &str) {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let done = Dirs::path(&dirs.done);
+    let mut extra = vec![("fs.cleanup.policy", policy)];
+    if policy == "move" {
+        extra.push(("fs.cleanup.policy.move.success.path", &done));
+    }
+    host.start(pulse("pulse", &dirs.config(&extra))).await;
+    let data = dirs.inbox.path().join("data.csv");
+    let mut expected = Vec::new();
+    let mut inodes = Vec::new();
+    for round in 0..5 {
+        if policy == "none" && round > 0 {
+            std::fs::remove_file(&data).unwrap(); // the user clears the old file
+        }
+        let lines = [format!("round {round} a"), format!("round {round} b")];
+        drop_file(dirs.inbox.path(), "data.csv", format!("{}\n{}\n", lines[0], lines[1]).as_bytes());
+        inodes.push(inode(&data));
+        expected.extend(lines);
+        wait_until(&format!("round {round}'s lines"), || (host.values("lines").len() >= expected.len()).then_some(()))
+            .await;
+        if policy != "none" {
+            wait_until(&format!("round {round}'s file cleaned up"), || (!data.exists()).then_some(())).await;
+        }
+    }
+    assert_eq!(host.values("lines"), expected, "{policy}: a round lost or sent twice (inodes {inodes:?})");
+    if policy == "move" {
+        let archived = files_in(dirs.done.path());
+        assert_eq!(archived, ["data-1.csv", "data-2.csv", "data-3.csv", "data-4.csv", "data.csv"]);
+        let mut contents: Vec<String> =
+            archived.iter().map(|f| std::fs::read_to_string(dirs.done.path().join(f)).unwrap()).collect();
+        contents.sort();
+        assert_eq!(contents.len(), 5, "an archive was overwritten");
+        assert!(contents.iter().enumerate().all(|(i, c)| c.starts_with(&format!("round {i} a"))), "{contents:?}");
+    }
+    println!("{policy}: inodes of the five rounds: {inodes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_name_dropped_again_arrives_every_round_with_delete() {
+    same_name_rounds("delete").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_name_dropped_again_arrives_every_round_with_move() {
+    same_name_rounds("move").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_name_deleted_and_written_again_arrives_every_round_with_none() {
+    same_name_rounds("none").await;
+}
+
+/// A writer appending throughout, rotating three times as logrotate does (older files
+/// shifted up, `app.log` renamed to `app.log.1`), each time with an unfinished last line
+/// that it completes, and a few more lines, in the renamed file before it reopens.
+fn rotating_writer(dir: &Path) -> Vec<String> {
+    let app = dir.join("app.log");
+    let mut written = Vec::new();
+    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&app).unwrap();
+    for rotation in 0..3 {
+        for i in 0..300 {
+            let line = format!("r{rotation} line {i}");
+            writeln!(out, "{line}").unwrap();
+            written.push(line);
+            if i % 50 == 0 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        write!(out, "r{rotation} partial").unwrap();
+        for n in (1..=rotation).rev() {
+            std::fs::rename(dir.join(format!("app.log.{n}")), dir.join(format!("app.log.{}", n + 1))).unwrap();
+        }
+        std::fs::rename(&app, dir.join("app.log.1")).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        writeln!(out, " end").unwrap();
+        written.push(format!("r{rotation} partial end"));
+        for i in 0..20 {
+            let line = format!("r{rotation} late {i}");
+            writeln!(out, "{line}").unwrap();
+            written.push(line);
+        }
+        out = std::fs::OpenOptions::new().create(true).append(true).open(&app).unwrap();
+    }
+    for i in 0..100 {
+        let line = format!("final {i}");
+        writeln!(out, "{line}").unwrap();
+        written.push(line);
+    }
+    written
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_rotation_in_tail_mode_sends_every_line_once() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    // The default filter (`.*`) matches the rotated names too.
+    host.start(pulse("pulse", &dirs.config(&[("file.completion", "tail"), ("tasks.max", "2")]))).await;
+    host.wait_state("pulse", State::Running).await;
+    let inbox = dirs.inbox.path().to_path_buf();
+    let written = tokio::task::spawn_blocking(move || rotating_writer(&inbox)).await.unwrap();
+    wait_until("every written line", || (host.values("lines").len() >= written.len()).then_some(())).await;
+    // Give a duplicate the time to show up: the three rotated files finish after their
+    // grace period; the current `app.log` stays open.
+    wait_until("the rotated files finished", || {
+        let offsets =
+            host.herder.services().stores.offsets().all_offsets(&Namespace::new(DEFAULT_TENANT, "pulse")).ok()?;
+        let done = offsets.iter().filter(|(_, o)| o.contains(r#""done":true"#)).count();
+        (offsets.len() == 4 && done == 3).then_some(())
+    })
+    .await;
+    let mut delivered = host.values("lines");
+    let mut expected = written;
+    delivered.sort();
+    expected.sort();
+    assert_eq!(delivered, expected, "lines lost or sent twice across rotations");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copytruncate_reads_the_new_lines_from_the_start() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let app = dirs.inbox.path().join("app.log");
+    let old: String = (0..100).map(|i| format!("old-{i}\n")).collect();
+    std::fs::write(&app, &old).unwrap();
+    let config = dirs.config(&[("file.completion", "tail"), ("file.filter.regex.pattern", r"app\.log$")]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("the old lines", || (host.values("lines").len() == 100).then_some(())).await;
+    // `: > app.log`, then the writer goes on at once: the file is soon longer than before.
+    let mut out = std::fs::OpenOptions::new().write(true).truncate(true).open(&app).unwrap();
+    for i in 0..300 {
+        writeln!(out, "new-{i}").unwrap();
+    }
+    drop(out);
+    wait_until("the new lines", || (host.values("lines").len() >= 400).then_some(())).await;
+    let expected: Vec<String> =
+        (0..100).map(|i| format!("old-{i}")).chain((0..300).map(|i| format!("new-{i}"))).collect();
+    assert_eq!(host.values("lines"), expected);
+    let offset = &offsets_by_path(&host)["app.log"];
+    assert_eq!(offset["version"], 1, "the rewritten file is the next version: {offset}");
+    assert_eq!(offset["line"], 300, "file.line counts the new version's lines: {offset}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recursive_listing_never_reads_its_own_success_folder() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let done = dirs.inbox.path().join("done");
+    std::fs::create_dir(&done).unwrap();
+    let done = std::fs::canonicalize(done).unwrap().to_string_lossy().into_owned();
+    drop_file(dirs.inbox.path(), "a.log", b"a 1\na 2\n");
+    std::fs::create_dir(dirs.inbox.path().join("sub")).unwrap();
+    drop_file(&dirs.inbox.path().join("sub"), "b.log", b"b 1\n");
+    let config = dirs.config(&[
+        ("fs.listing.recursive", "true"),
+        ("fs.cleanup.policy", "move"),
+        ("fs.cleanup.policy.move.success.path", &done),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("both files archived", || {
+        (Path::new(&done).join("a.log").exists() && Path::new(&done).join("sub/b.log").exists()).then_some(())
+    })
+    .await;
+    // Several more listings: nothing is read again, nothing moved deeper.
+    let passes_later = host.values("lines").len();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(host.values("lines").len(), passes_later, "an archived file was read again");
+    }
+    assert_eq!(host.values("lines"), ["a 1", "a 2", "b 1"]);
+    assert!(!Path::new(&done).join("done").exists(), "a file was moved into done/done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_fails_part_way_is_retried_from_where_it_stopped() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let (done, failed) = (Dirs::path(&dirs.done), Dirs::path(&dirs.failed));
+    let text: String = (0..20_000).map(|i| format!("zipped line {i}\n")).collect();
+    let whole = gzip(&text);
+    // A .gz cut short: thousands of lines decompress, then the stream ends early.
+    drop_file(dirs.inbox.path(), "cut.log.gz", &whole[..whole.len() / 2]);
+    let config = dirs.config(&[
+        ("fs.cleanup.policy", "move"),
+        ("fs.cleanup.policy.move.success.path", &done),
+        ("fs.cleanup.policy.move.failure.path", &failed),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    let parked = dirs.failed.path().join("cut.log.gz");
+    wait_until("the cut file in the failure folder", || parked.exists().then_some(())).await;
+    let sent = host.values("lines").len();
+    assert!(sent > 1000 && sent < 20_000, "{sent} lines before the cut");
+    let offset = &offsets_by_path(&host)["cut.log.gz"];
+    assert_eq!(offset["end"], "failed", "{offset}");
+
+    // Moved back as it is: retried from where its records stopped, and fails there again.
+    std::fs::rename(&parked, dirs.inbox.path().join("cut.log.gz")).unwrap();
+    wait_until("the retry to fail again", || {
+        (parked.exists() && offsets_by_path(&host)["cut.log.gz"]["attempt"] == 1).then_some(())
+    })
+    .await;
+    assert_eq!(host.values("lines").len(), sent, "the retry sent lines twice");
+
+    // Repaired in place (the same file, complete now) and moved back: the rest arrives.
+    std::fs::write(&parked, &whole).unwrap();
+    std::fs::rename(&parked, dirs.inbox.path().join("cut.log.gz")).unwrap();
+    wait_until("the repaired file archived", || dirs.done.path().join("cut.log.gz").exists().then_some(())).await;
+    let expected: Vec<String> = (0..20_000).map(|i| format!("zipped line {i}")).collect();
+    assert_eq!(host.values("lines"), expected, "lines lost or sent twice across retries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_is_not_utf8_is_skipped_and_blocks_nothing() {
+    use std::os::unix::ffi::OsStrExt;
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let odd = dirs.inbox.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9.log"));
+    std::fs::write(odd, b"latin-1 name\n").unwrap();
+    drop_file(dirs.inbox.path(), "good.log", b"good 1\n");
+    host.start(pulse("pulse", &dirs.config(&[]))).await;
+    wait_until("the good file", || (host.values("lines") == ["good 1"]).then_some(())).await;
+    drop_file(dirs.inbox.path(), "late.log", b"late 1\n");
+    wait_until("a file dropped later", || (host.values("lines").len() == 2).then_some(())).await;
+    let status = host.status("pulse").unwrap();
+    assert_eq!(status.connector.state, State::Running, "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_line_without_newline_in_tail_mode_is_waiting_not_a_stall() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let app = dirs.inbox.path().join("app.log");
+    std::fs::write(&app, "a\nb\npartial").unwrap();
+    let config = dirs.config(&[("file.completion", "tail"), ("task.stall.timeout.ms", "300")]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("the complete lines", || (host.values("lines").len() == 2).then_some(())).await;
+    let first = host.wait_task("pulse", 0, State::Running).await.instance;
+    // Ten stall timeouts with the unfinished line waiting: no restart.
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(host.status("pulse").unwrap().tasks[0].instance, first, "the waiting task was restarted as stalled");
+    }
+    std::fs::OpenOptions::new().append(true).open(&app).unwrap().write_all(b" line\n").unwrap();
+    wait_until("the completed line", || (host.values("lines").len() == 3).then_some(())).await;
+    assert_eq!(host.values("lines"), ["a", "b", "partial line"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_follow_the_files_not_tasks_max() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    drop_file(dirs.inbox.path(), "one.log", b"only\n");
+    host.start(pulse("pulse", &dirs.config(&[("tasks.max", "600")]))).await;
+    wait_until("the file", || (host.values("lines").len() == 1).then_some(())).await;
+    let status = host.status("pulse").unwrap();
+    assert_eq!(status.tasks.len(), 1, "one file needs one task: {status:?}");
+
+    let dirs = Dirs::new();
+    drop_file(dirs.inbox.path(), "one.log", b"only\n");
+    host.start(pulse("huge", &dirs.config(&[("tasks.max", "100000"), ("topic", "huge")]))).await;
+    wait_until("the file under a huge tasks.max", || (host.values("huge").len() == 1).then_some(())).await;
+    let status = host.status("huge").unwrap();
+    assert_eq!(status.connector.state, State::Running, "{status:?}");
+    assert_eq!(status.tasks.len(), 1, "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_file_that_changes_in_eof_mode_is_read_again_as_a_new_version() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let file = dirs.inbox.path().join("data.log");
+    drop_file(dirs.inbox.path(), "data.log", b"a\nb\n");
+    host.start(pulse("pulse", &dirs.config(&[]))).await;
+    wait_until("the first version", || (offsets_by_path(&host).get("data.log")?["done"] == true).then_some(())).await;
+    std::fs::OpenOptions::new().append(true).open(&file).unwrap().write_all(b"c\n").unwrap();
+    wait_until("the second version", || {
+        let offset = offsets_by_path(&host).get("data.log")?.clone();
+        (offset["version"] == 1 && offset["done"] == true).then_some(())
+    })
+    .await;
+    assert_eq!(host.values("lines"), ["a", "b", "a", "b", "c"], "documented: the whole file again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_line_too_large_for_a_record_fails_its_file_alone() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let (done, failed) = (Dirs::path(&dirs.done), Dirs::path(&dirs.failed));
+    let big = format!("before\n{}\nafter\n", "x".repeat(3 << 20));
+    drop_file(dirs.inbox.path(), "big.log", big.as_bytes());
+    drop_file(dirs.inbox.path(), "good.log", b"good 1\ngood 2\n");
+    let config = dirs.config(&[
+        ("fs.cleanup.policy", "move"),
+        ("fs.cleanup.policy.move.success.path", &done),
+        ("fs.cleanup.policy.move.failure.path", &failed),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("the big file in the failure folder", || dirs.failed.path().join("big.log").exists().then_some(()))
+        .await;
+    drop_file(dirs.inbox.path(), "late.log", b"late 1\n");
+    wait_until("the good and the late file", || {
+        let files = by_file(&host, "lines");
+        (files.get("good.log")?.len() == 2 && files.get("late.log")?.len() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(by_file(&host, "lines")["big.log"], ["before"], "the lines before the long one are sent");
+    let offset = &offsets_by_path(&host)["big.log"];
+    assert!(offset["failed"].as_str().unwrap().contains("sandbox.record.max.bytes"), "{offset}");
+    let status = host.status("pulse").unwrap();
+    assert!(status.tasks.iter().all(|t| t.state == State::Running), "{status:?}");
+}

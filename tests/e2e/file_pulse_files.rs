@@ -1,0 +1,183 @@
+//! file-pulse as users run it, in a real `sluice run`: one name dropped round after round
+//! with every cleanup policy and SIGKILLs between rounds, and directories of thousands of
+//! files (flat, and nested with a recursive listing), each line exactly once.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+
+use sluice::config::DEFAULT_TENANT;
+
+use crate::files::drop_file;
+use crate::{connector_file, crash_rng, sluice, wait_until};
+
+struct Run {
+    dir: tempfile::TempDir,
+    /// A plugin folder with file-pulse alone, so no other plugin is compiled.
+    plugins: PathBuf,
+    inbox: PathBuf,
+    done: PathBuf,
+    data: PathBuf,
+    file: PathBuf,
+}
+
+impl Run {
+    fn new(config: impl FnOnce(&Path, &Path) -> serde_json::Value) -> Run {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = dir.path().join("inbox");
+        let done = dir.path().join("done");
+        std::fs::create_dir(&inbox).unwrap();
+        std::fs::create_dir(&done).unwrap();
+        let (inbox, done) = (std::fs::canonicalize(inbox).unwrap(), std::fs::canonicalize(done).unwrap());
+        let file = connector_file(dir.path(), "pulse.json", &config(&inbox, &done).to_string());
+        let data = dir.path().join("data");
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        std::fs::copy(Path::new(sluice::BUILT_PLUGINS).join("file-pulse.wasm"), plugins.join("file-pulse.wasm"))
+            .unwrap();
+        Run { dir, plugins, inbox, done, data, file }
+    }
+
+    fn start(&self) -> Running {
+        let mut command = sluice();
+        command.arg("run").arg("--plugin-path").arg(&self.plugins).arg("--data-dir").arg(&self.data);
+        Running(command.arg(&self.file).spawn().unwrap())
+    }
+
+    fn values(&self) -> Vec<String> {
+        let Ok(stores) = crate::stores(&self.data) else { return Vec::new() };
+        let records = stores.local().read(DEFAULT_TENANT, "lines", 0, usize::MAX >> 1).unwrap_or_default();
+        records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap()).unwrap()).collect()
+    }
+
+    fn count(&self) -> usize {
+        crate::stores(&self.data)
+            .ok()
+            .and_then(|s| s.local().topics(DEFAULT_TENANT).ok())
+            .map_or(0, |t| t.iter().map(|(_, n)| *n as usize).sum())
+    }
+}
+
+fn pulse_config(inbox: &Path, done: &Path, policy: &str, extra: &[(&str, &str)]) -> serde_json::Value {
+    let mut config = serde_json::json!({
+        "connector.class": "file-pulse", "topic": "lines", "tasks.max": "2",
+        "fs.listing.directory.path": inbox, "fs.listing.interval.ms": "100", "monitor.interval.ms": "50",
+        "fs.cleanup.policy": policy, "sandbox.fs.write": format!("{},{}", inbox.display(), done.display()),
+    });
+    if policy == "move" {
+        config["fs.cleanup.policy.move.success.path"] = serde_json::json!(done);
+    }
+    for (key, value) in extra {
+        config[key] = serde_json::json!(value);
+    }
+    serde_json::json!({"name": "pulse", "config": config})
+}
+
+/// A `sluice run` that is SIGKILLed when dropped, also when a test fails.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill(); // SIGKILL
+        let _ = self.0.wait();
+    }
+}
+
+fn kill(child: Running) {
+    drop(child);
+}
+
+/// Eight rounds of `data.csv`; before about half of them, `sluice run` is SIGKILLed (at a
+/// random moment of the round before) and started again.
+fn rounds_with_kills(policy: &str) {
+    let mut rng = crash_rng();
+    let run = Run::new(|inbox, done| pulse_config(inbox, done, policy, &[]));
+    let data_csv = run.inbox.join("data.csv");
+    let mut expected = Vec::new();
+    let mut child = run.start();
+    let mut kills = 0;
+    for round in 0..8 {
+        if policy == "none" && round > 0 {
+            std::fs::remove_file(&data_csv).unwrap();
+        }
+        let lines: Vec<String> = (0..3).map(|i| format!("round {round} line {i}")).collect();
+        drop_file(&run.inbox, "data.csv", (lines.join("\n") + "\n").as_bytes());
+        expected.extend(lines);
+        if rng.bool() {
+            std::thread::sleep(std::time::Duration::from_millis(rng.u64(0..300)));
+            kill(child);
+            kills += 1;
+            child = run.start();
+        }
+        wait_until(&format!("{policy}: round {round}'s lines"), || (run.count() >= expected.len()).then_some(()));
+        if policy != "none" {
+            wait_until(&format!("{policy}: round {round}'s file cleaned up"), || (!data_csv.exists()).then_some(()));
+        }
+    }
+    kill(child);
+    assert_eq!(run.values(), expected, "{policy}: lines lost or sent twice ({kills} kills)");
+    if policy == "move" {
+        assert_eq!(std::fs::read_dir(&run.done).unwrap().count(), 8, "every round archived, none overwritten");
+    }
+    println!("{policy}: 8 rounds, {kills} kills, every line once");
+}
+
+#[test]
+fn the_same_name_every_round_with_delete_and_sigkills() {
+    rounds_with_kills("delete");
+}
+
+#[test]
+fn the_same_name_every_round_with_move_and_sigkills() {
+    rounds_with_kills("move");
+}
+
+#[test]
+fn the_same_name_every_round_with_none_and_sigkills() {
+    rounds_with_kills("none");
+}
+
+/// `files` small files, in `dirs` subdirectories (0: flat), streamed and deleted.
+fn many_files(files: usize, dirs: usize) {
+    let recursive = if dirs > 0 { "true" } else { "false" };
+    let run = Run::new(|inbox, done| {
+        pulse_config(inbox, done, "delete", &[("fs.listing.recursive", recursive), ("tasks.max", "3")])
+    });
+    let mut expected = Vec::with_capacity(files);
+    for n in 0..files {
+        let dir = if dirs > 0 { run.inbox.join(format!("d{:03}", n % dirs)) } else { run.inbox.clone() };
+        if n < dirs.max(1) {
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        let line = format!("file {n}");
+        std::fs::write(dir.join(format!("f{n:06}.log")), format!("{line}\n")).unwrap();
+        expected.push(line);
+    }
+    let child = run.start();
+    let left = || walkdir_files(&run.inbox);
+    wait_until("every file streamed and deleted", || (left() == 0 && run.count() >= files).then_some(()));
+    kill(child);
+    let mut values = run.values();
+    values.sort();
+    expected.sort();
+    assert_eq!(values.len(), files, "records lost or sent twice");
+    assert_eq!(values, expected);
+    drop(run.dir);
+}
+
+fn walkdir_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| if e.file_type().unwrap().is_dir() { walkdir_files(&e.path()) } else { 1 })
+        .sum()
+}
+
+#[test]
+fn twenty_thousand_files_are_streamed_once_and_cleaned_up() {
+    many_files(20_000, 0);
+}
+
+#[test]
+fn twenty_thousand_nested_files_are_streamed_once_and_cleaned_up() {
+    many_files(20_000, 200);
+}
