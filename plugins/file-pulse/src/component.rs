@@ -186,9 +186,9 @@ struct Walk {
 const MAX_IN_FLIGHT: usize = 1024;
 const MIN_WINDOW: usize = 16;
 /// Work per tick on the directory walk; the rest waits for the next tick.
-const WALK_BUDGET: Duration = Duration::from_millis(100);
+const WALK_BUDGET: Duration = Duration::from_millis(40);
 /// Files whose offsets are read in one `offsets` call.
-const LOOKUP_BATCH: usize = 1024;
+const LOOKUP_BATCH: usize = 512;
 
 #[derive(Default)]
 struct ConnectorState {
