@@ -16,8 +16,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// (crate as cargo names its `.wasm`, folder under the target dir it is copied to)
-const PLUGINS: &[(&str, &str)] =
-    &[("counter", "plugins"), ("file_pulse", "plugins"), ("testkit", "test-plugins"), ("hostile", "test-plugins")];
+const PLUGINS: &[(&str, &str)] = &[
+    ("counter", "plugins"),
+    ("file_pulse", "plugins"),
+    ("testkit", "test-plugins"),
+    ("hostile", "test-plugins"),
+    ("slow_version", "test-plugins"),
+    ("slow_config_def", "test-plugins"),
+];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());

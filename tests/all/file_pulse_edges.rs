@@ -100,11 +100,17 @@ async fn the_same_name_deleted_and_written_again_arrives_every_round_with_none()
 /// A writer appending throughout, rotating three times as logrotate does (older files
 /// shifted up, `app.log` renamed to `app.log.1`), each time with an unfinished last line
 /// that it completes, and a few more lines, in the renamed file before it reopens.
-fn rotating_writer(dir: &Path) -> Vec<String> {
+fn rotating_writer(dir: &Path, ready: std::sync::mpsc::Receiver<()>) -> Vec<String> {
     let app = dir.join("app.log");
     let mut written = Vec::new();
     let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&app).unwrap();
     for rotation in 0..3 {
+        if rotation == 0 {
+            // The connector is watching `app.log` before it first rotates.
+            written.push("first".to_string());
+            writeln!(out, "first").unwrap();
+            ready.recv().unwrap();
+        }
         for i in 0..300 {
             let line = format!("r{rotation} line {i}");
             writeln!(out, "{line}").unwrap();
@@ -144,7 +150,11 @@ async fn log_rotation_in_tail_mode_sends_every_line_once() {
     host.start(pulse("pulse", &dirs.config(&[("file.completion", "tail"), ("tasks.max", "2")]))).await;
     host.wait_state("pulse", State::Running).await;
     let inbox = dirs.inbox.path().to_path_buf();
-    let written = tokio::task::spawn_blocking(move || rotating_writer(&inbox)).await.unwrap();
+    let (ready, wait) = std::sync::mpsc::channel();
+    let writer = tokio::task::spawn_blocking(move || rotating_writer(&inbox, wait));
+    wait_until("the first line", || host.values("lines").first().cloned()).await;
+    ready.send(()).unwrap();
+    let written = writer.await.unwrap();
     wait_until("every written line", || (host.values("lines").len() >= written.len()).then_some(())).await;
     // Give a duplicate the time to show up: the three rotated files finish after their
     // grace period; the current `app.log` stays open.

@@ -14,6 +14,9 @@ mod hostile;
 mod imports;
 mod languages;
 mod reconfigure;
+#[path = "../support/record_path.rs"]
+mod record_path;
+mod record_path_random;
 mod registry;
 mod tenants;
 mod worker;

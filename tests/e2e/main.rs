@@ -10,6 +10,8 @@ mod file_pulse_crash;
 mod file_pulse_files;
 #[path = "../support/files.rs"]
 mod files;
+mod full_disk;
+mod hostile_calls;
 mod languages;
 mod scaffold;
 

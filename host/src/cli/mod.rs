@@ -442,7 +442,8 @@ fn read_topic(stores: &Stores, tenant: &str, topic: &str, json: bool, from: u64)
     let mut out = std::io::stdout().lock();
     let mut next = from;
     loop {
-        let page = log.read(tenant, topic, next, 10_000)?;
+        // Pages of at most 16 MiB: memory stays flat on a topic of any size.
+        let page = log.read_page(tenant, topic, next, 10_000, 16 << 20)?;
         let Some(last) = page.last() else { break };
         next = last.offset + 1;
         for stored in &page {

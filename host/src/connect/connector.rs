@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::metrics::ConnectorMetrics;
 use super::reconfigure;
-use super::services::{Services, stopped};
+use super::services::{Services, StopSignal, stopped, unless_stopped};
 use super::task_runner::{TaskSpec, run_task};
 use crate::config::{ConnectorConfig, ConnectorSettings};
 use crate::destinations::Destination;
@@ -22,14 +22,15 @@ use crate::storage::{Namespace, State};
 
 pub(super) struct TaskHandle {
     config: Pairs,
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<Option<Instant>>,
     join: JoinHandle<()>,
 }
 
-/// Signals every task first, then waits: tasks stop (and commit) concurrently.
-async fn stop_all(tasks: Vec<TaskHandle>) {
+/// Signals every task first, then waits: tasks stop (and commit) concurrently, each by
+/// `deadline`.
+async fn stop_all(tasks: Vec<TaskHandle>, deadline: Instant) {
     for task in &tasks {
-        let _ = task.stop.send(true);
+        let _ = task.stop.send(Some(deadline));
     }
     for task in tasks {
         let _ = task.join.await;
@@ -44,19 +45,20 @@ pub(super) struct ConnectorRun {
     pub(super) plugin: Arc<Plugin>,
     pub(super) destination: Arc<dyn Destination>,
     pub(super) metrics: Arc<ConnectorMetrics>,
-    pub(super) reconfigure: mpsc::UnboundedSender<()>,
+    /// `request-task-reconfiguration` from the connector or its tasks (coalesced).
+    pub(super) reconfigure: Arc<Notify>,
     /// Index = task id; empty until the first `task-configs`.
     pub(super) tasks: Vec<TaskHandle>,
 }
 
 impl ConnectorRun {
-    pub(super) async fn run(mut self, mut stop: watch::Receiver<bool>, mut reconfigure: mpsc::UnboundedReceiver<()>) {
+    pub(super) async fn run(mut self, mut stop: StopSignal) {
         let board = self.services.board.clone();
         let name = self.namespace.clone();
         let mut attempt = 0u32;
         let mut failed = false;
         loop {
-            let Some(trace) = self.run_instance(&mut stop, &mut reconfigure, &mut attempt).await else { break };
+            let Some(trace) = self.run_instance(&mut stop, &mut attempt).await else { break };
             board.set_connector(&name, State::Failed, Some(trace));
             let restart = self.settings.restart;
             if !restart.enabled {
@@ -73,7 +75,9 @@ impl ConnectorRun {
             board.set_connector(&name, State::Restarting, None);
         }
         // Tasks run on when their connector fails, as in Kafka Connect; they stop with it.
-        stop_all(std::mem::take(&mut self.tasks)).await;
+        let deadline = *stop.borrow();
+        let deadline = deadline.unwrap_or_else(|| Instant::now() + self.settings.sandbox.timeouts.lifecycle);
+        stop_all(std::mem::take(&mut self.tasks), deadline).await;
         if !failed {
             board.set_connector(&name, State::Stopped, None);
         }
@@ -81,12 +85,7 @@ impl ConnectorRun {
 
     /// Runs one connector instance until it fails (returns the trace) or a stop is
     /// requested (returns `None`).
-    async fn run_instance(
-        &mut self,
-        stop: &mut watch::Receiver<bool>,
-        reconfigure: &mut mpsc::UnboundedReceiver<()>,
-        attempt: &mut u32,
-    ) -> Option<String> {
+    async fn run_instance(&mut self, stop: &mut StopSignal, attempt: &mut u32) -> Option<String> {
         let context = self.services.context(&self.namespace, None, Some(self.reconfigure.clone()));
         let mut instance =
             match self.services.runtime.instantiate(self.plugin.pre(), context, &self.settings.sandbox).await {
@@ -110,23 +109,26 @@ impl ConnectorRun {
             if started.elapsed() > self.settings.restart.max_backoff {
                 *attempt = 0;
             }
+            let reconfigure = self.reconfigure.clone();
             tokio::select! {
-                _ = stopped(stop) => {
+                deadline = stopped(stop) => {
+                    instance.stop_by(deadline);
                     if let Err(e) = instance.connector_stop().await {
                         tracing::warn!(connector = %self.config.name, "stop failed: {e}");
                     }
                     return None;
                 }
-                _ = ticks.tick() => match self.timed_tick(&mut instance).await {
-                    Err(e) => return Some(e.to_string()),
-                    Ok(Err(ConnectorError::Retriable(message))) => {
+                _ = ticks.tick() => match unless_stopped(self.timed_tick(&mut instance), stop).await {
+                    // Still ticking at the stop deadline: abandoned, not called again.
+                    None => return None,
+                    Some(Err(e)) => return Some(e.to_string()),
+                    Some(Ok(Err(ConnectorError::Retriable(message)))) => {
                         tracing::warn!(connector = %self.config.name, "tick: retriable error: {message}");
                     }
-                    Ok(Err(e)) => return Some(describe_connector_error(&e)),
-                    Ok(Ok(())) => {}
+                    Some(Ok(Err(e))) => return Some(describe_connector_error(&e)),
+                    Some(Ok(Ok(()))) => {}
                 },
-                Some(()) = reconfigure.recv() => {
-                    while reconfigure.try_recv().is_ok() {}
+                _ = reconfigure.notified() => {
                     if let Some(trace) = self.reconfigure(&mut instance).await {
                         return Some(trace);
                     }
@@ -166,7 +168,8 @@ impl ConnectorRun {
         }
         // Stop first (each commits its offsets as it stops), then start the new ones.
         let mut tasks: Vec<Option<TaskHandle>> = std::mem::take(&mut self.tasks).into_iter().map(Some).collect();
-        stop_all(plan.stop.iter().filter_map(|&i| tasks[i].take()).collect()).await;
+        let deadline = Instant::now() + self.settings.sandbox.timeouts.lifecycle;
+        stop_all(plan.stop.iter().filter_map(|&i| tasks[i].take()).collect(), deadline).await;
         // Every task past the new count was stopped just above.
         tasks.resize_with(configs.len(), || None);
         for &i in &plan.start {
@@ -182,7 +185,7 @@ impl ConnectorRun {
     }
 
     fn start_task(&self, task: u32, config: Pairs) -> TaskHandle {
-        let (stop, stop_rx) = watch::channel(false);
+        let (stop, stop_rx) = watch::channel(None);
         let spec = TaskSpec {
             services: self.services.clone(),
             namespace: self.namespace.clone(),

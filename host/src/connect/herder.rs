@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use tokio::sync::{Mutex, mpsc, watch};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Mutex, Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::admission::{self, Running};
@@ -22,7 +24,10 @@ use crate::storage::{ConnectorStatus, DataDir, Namespace, State, Stores};
 
 struct ConnectorHandle {
     tasks_max: u32,
-    stop: watch::Sender<bool>,
+    /// Sends the stop deadline.
+    stop: watch::Sender<Option<Instant>>,
+    /// How long a stop may take: the connector's lifecycle call timeout.
+    stop_within: Duration,
     join: JoinHandle<()>,
     metrics: Arc<ConnectorMetrics>,
 }
@@ -111,12 +116,12 @@ impl Herder {
         if let Err(e) = self.services.stores.configs().put_connector_config(&namespace, &config.to_pairs()) {
             return Err(config.error(NAME, format!("cannot store the config: {e:#}")));
         }
-        let (stop, stop_rx) = watch::channel(false);
-        let (reconfigure, reconfigure_rx) = mpsc::unbounded_channel();
+        let (stop, stop_rx) = watch::channel(None);
+        let reconfigure = Arc::new(Notify::new());
         let metrics = Arc::new(ConnectorMetrics::default());
         let destination = destinations::for_kind(settings.destination, &self.services.stores);
         self.services.board.set_connector(&namespace, State::Unassigned, None);
-        let tasks_max = settings.tasks_max;
+        let (tasks_max, stop_within) = (settings.tasks_max, settings.sandbox.timeouts.lifecycle);
         let run = ConnectorRun {
             services: self.services.clone(),
             namespace: namespace.clone(),
@@ -128,12 +133,13 @@ impl Herder {
             reconfigure,
             tasks: Vec::new(),
         };
-        let join = tokio::spawn(run.run(stop_rx, reconfigure_rx));
-        connectors.insert(namespace, ConnectorHandle { tasks_max, stop, join, metrics });
+        let join = tokio::spawn(run.run(stop_rx));
+        connectors.insert(namespace, ConnectorHandle { tasks_max, stop, stop_within, join, metrics });
         Ok(())
     }
 
-    /// Stops a connector and its tasks gracefully (offsets committed). False if unknown.
+    /// Stops a connector and its tasks gracefully (offsets committed), within its lifecycle
+    /// call timeout whatever its plugin does. False if unknown.
     pub async fn stop(&self, connector: &str) -> bool {
         self.stop_in(&Namespace::new(DEFAULT_TENANT, connector)).await
     }
@@ -142,7 +148,7 @@ impl Herder {
         let handle = self.connectors.lock().await.remove(ns);
         match handle {
             Some(handle) => {
-                let _ = handle.stop.send(true);
+                let _ = handle.stop.send(Some(Instant::now() + handle.stop_within));
                 let _ = handle.join.await;
                 true
             }
@@ -150,11 +156,12 @@ impl Herder {
         }
     }
 
-    /// Stops every connector.
+    /// Stops every connector, all at once: within the longest lifecycle call timeout.
     pub async fn shutdown(&self) {
         let handles: Vec<ConnectorHandle> = std::mem::take(&mut *self.connectors.lock().await).into_values().collect();
+        let now = Instant::now();
         for handle in &handles {
-            let _ = handle.stop.send(true);
+            let _ = handle.stop.send(Some(now + handle.stop_within));
         }
         for handle in handles {
             let _ = handle.join.await;

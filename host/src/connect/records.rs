@@ -66,15 +66,24 @@ pub struct Source<'a> {
     pub task: u32,
 }
 
-/// Size of a record as the caps count it.
+/// What a record costs beyond its key, value and headers, as the caps count it (about what
+/// the host holds per record).
+pub const RECORD_OVERHEAD: u64 = 64;
+/// What one header costs beyond its key and value.
+pub const HEADER_OVERHEAD: u64 = 32;
+/// The most headers one record may carry.
+pub const MAX_HEADERS: usize = 1024;
+
+/// Size of a record as `sandbox.record.max.bytes` counts it: key, value, each header's
+/// key and value plus [`HEADER_OVERHEAD`], plus [`RECORD_OVERHEAD`].
 fn record_size(record: &SourceRecord) -> u64 {
-    (record.key.as_ref().map_or(0, Vec::len)
-        + record.value.as_ref().map_or(0, Vec::len)
-        + record.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>()) as u64
+    (record.key.as_ref().map_or(0, Vec::len) + record.value.as_ref().map_or(0, Vec::len)) as u64
+        + record.headers.iter().map(|h| (h.key.len() + h.value.len()) as u64 + HEADER_OVERHEAD).sum::<u64>()
+        + RECORD_OVERHEAD
 }
 
-/// Checks a whole `poll` batch: the batch cap (always fatal), then each record (its size,
-/// partition, offset and topic). A bad record fails the task with the record named, or,
+/// Checks a whole `poll` batch: the batch cap (always fatal; partitions and offsets count
+/// too), then each record (its headers, size, partition, offset and topic). A bad record fails the task with the record named, or,
 /// under `errors.tolerance=all`, becomes [`Polled::Refused`]. Returns the entries in order
 /// and how many were refused.
 pub fn check_batch(
@@ -99,7 +108,13 @@ pub fn check_batch(
     let mut refused = 0;
     for (index, record) in records.into_iter().enumerate() {
         let size = record_size(&record);
-        let checked = if size > sandbox.record_max_bytes {
+        let checked = if record.headers.len() > MAX_HEADERS {
+            let headers = record.headers.len();
+            Err((
+                Box::new(record),
+                format!("record {index} has {headers} headers, more than the {MAX_HEADERS} a record may carry"),
+            ))
+        } else if size > sandbox.record_max_bytes {
             Err((
                 Box::new(record),
                 format!(
@@ -312,7 +327,7 @@ mod tests {
             ]
         };
         let error = check_batch(batch(), &sandbox, &ErrorHandling::default(), 0, &source).unwrap_err();
-        assert!(error.starts_with("connector 'c' task 2: record 1 of 1001 bytes exceeds"), "{error}");
+        assert!(error.starts_with("connector 'c' task 2: record 1 of 1065 bytes exceeds"), "{error}");
 
         let errors = ErrorHandling { tolerate_all: true, dead_letter_topic: Some("dlq".into()), log: false };
         let (polled, refused) = check_batch(batch(), &sandbox, &errors, 0, &source).unwrap();

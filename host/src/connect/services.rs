@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
+use std::time::Instant;
+
+use tokio::sync::{Notify, watch};
 
 use super::limits::TenantRates;
 use super::status::StatusBoard;
@@ -26,13 +28,36 @@ impl Services {
         &self,
         namespace: &Namespace,
         task: Option<u32>,
-        reconfigure: Option<mpsc::UnboundedSender<()>>,
+        reconfigure: Option<Arc<Notify>>,
     ) -> InstanceContext {
         InstanceContext { namespace: namespace.clone(), task, offsets: self.stores.offsets().clone(), reconfigure }
     }
 }
 
-/// Resolves once a stop was requested (or the requester is gone).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await;
+/// A stop request: `Some(deadline)`, the moment by which the connector or task must be
+/// stopped (calls still running then are abandoned).
+pub type StopSignal = watch::Receiver<Option<Instant>>;
+
+/// Runs `call` to its end, unless a stop is requested meanwhile and the call is still
+/// running at the stop deadline: then `None`, and the call's future is dropped (which
+/// abandons the guest call: the instance must not be called again).
+pub(crate) async fn unless_stopped<T>(call: impl Future<Output = T>, stop: &mut StopSignal) -> Option<T> {
+    tokio::pin!(call);
+    let deadline = tokio::select! {
+        result = &mut call => return Some(result),
+        deadline = stopped(stop) => deadline,
+    };
+    tokio::select! {
+        result = &mut call => Some(result),
+        _ = tokio::time::sleep_until(deadline.into()) => None,
+    }
+}
+
+/// Resolves with the stop deadline once a stop was requested (or at once, with the
+/// current moment, if the requester is gone).
+pub(crate) async fn stopped(stop: &mut StopSignal) -> Instant {
+    match stop.wait_for(Option::is_some).await {
+        Ok(deadline) => deadline.unwrap_or_else(Instant::now),
+        Err(_) => Instant::now(),
+    }
 }

@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::Notify;
 
 use super::records::{Polled, Source, check_batch, latest_offsets};
-use super::services::{Services, stopped};
+use super::services::{Services, StopSignal, stopped, unless_stopped};
 use crate::config::{ConnectorSettings, SandboxSettings};
 use crate::destinations::Destination;
 use crate::runtime::bindings::ConnectorError;
@@ -29,7 +29,7 @@ pub struct TaskSpec {
     pub settings: ConnectorSettings,
     pub destination: Arc<dyn Destination>,
     pub metrics: Arc<super::metrics::ConnectorMetrics>,
-    pub reconfigure: mpsc::UnboundedSender<()>,
+    pub reconfigure: Arc<Notify>,
 }
 
 enum Outcome {
@@ -48,8 +48,8 @@ const FUEL_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// Longest pause between polls that returned nothing.
 const MAX_IDLE_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Runs the task until `stop` turns true.
-pub async fn run_task(spec: TaskSpec, mut stop: watch::Receiver<bool>) {
+/// Runs the task until a stop is requested; it is stopped by the stop's deadline.
+pub async fn run_task(spec: TaskSpec, mut stop: StopSignal) {
     let board = spec.services.board.clone();
     let mut attempt = 0u32;
     loop {
@@ -78,7 +78,7 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restarting: bool) -> Outcome {
+async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) -> Outcome {
     let services = &spec.services;
     let board = &services.board;
     let connector = &spec.namespace.connector;
@@ -103,8 +103,13 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
     let mut idle = Duration::ZERO;
     let mut last_commit = Instant::now();
     let mut last_fuel_report = Instant::now();
-    while !*stop.borrow() {
-        let records = match instance.poll().await {
+    while stop.borrow().is_none() {
+        let Some(polled) = unless_stopped(instance.poll(), stop).await else {
+            // Still polling at the stop deadline: abandoned. Nothing of it was delivered,
+            // so nothing is lost; the instance is not called again.
+            return Outcome::Stopped;
+        };
+        let records = match polled {
             Err(e) => return failed(e.to_string(), id),
             Ok(Err(ConnectorError::Retriable(message))) => {
                 tracing::warn!(connector = %connector, task = spec.task, "poll: retriable error: {message}");
@@ -160,7 +165,8 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
                 human_bytes(instance.largest_memory()),
                 human_bytes(spec.settings.sandbox.memory_max_bytes)
             );
-            return match stop_instance(&mut instance, spec, id).await {
+            let deadline = Instant::now() + spec.settings.sandbox.timeouts.lifecycle;
+            return match stop_instance(&mut instance, spec, id, deadline).await {
                 Outcome::Stopped => Outcome::Recycled,
                 failed => failed,
             };
@@ -172,11 +178,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut watch::Receiver<bool>, restart
             }
         }
     }
-    stop_instance(&mut instance, spec, id).await
+    let deadline = stopped(stop).await;
+    stop_instance(&mut instance, spec, id, deadline).await
 }
 
-/// Offsets of everything delivered are already durable: tell the task, then stop it.
-async fn stop_instance(instance: &mut PluginInstance, spec: &TaskSpec, id: u64) -> Outcome {
+/// Offsets of everything delivered are already durable: tell the task, then stop it, all
+/// by `deadline`.
+async fn stop_instance(instance: &mut PluginInstance, spec: &TaskSpec, id: u64, deadline: Instant) -> Outcome {
+    instance.stop_by(deadline);
     if let Some(outcome) = commit(instance, spec, id).await {
         return outcome;
     }

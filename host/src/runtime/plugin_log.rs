@@ -41,6 +41,11 @@ impl PluginLog {
     }
 
     pub fn emit(&self, level: Level, message: &str) {
+        // A log line is at most MAX_LINE bytes, whatever the plugin sends.
+        let message = match message.char_indices().nth(MAX_LINE) {
+            Some((cut, _)) => &message[..cut],
+            None => message,
+        };
         let resumed_after = {
             let mut bucket = self.bucket.lock().unwrap();
             if !bucket.rate.try_take_one() {

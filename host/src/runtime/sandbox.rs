@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, UpdateDeadline,
@@ -32,6 +32,20 @@ pub const LONG_CALL_SLEEP_TICKS: u32 = 9;
 
 /// How often the epoch advances: the granularity of deadlines and of yielding.
 pub const EPOCH_TICK: Duration = Duration::from_millis(2);
+
+/// How long past its deadline a call that epoch interruption could not stop (it is
+/// blocked in a host call: a WASI sleep, a read) runs before it is abandoned.
+const ABANDON_AFTER: Duration = Duration::from_millis(50);
+
+/// Partitions looked up per store read: an `offsets` call of any size never holds the
+/// offset store for longer than one chunk, so other instances' lookups interleave.
+const LOOKUP_CHUNK: usize = 256;
+
+/// Host memory an answer entry costs beyond its text (tuple, `String`s, `Option`).
+const ANSWER_ENTRY_OVERHEAD: u64 = 64;
+
+/// Longest `raise-error` message kept as a status trace.
+pub const MAX_TRACE_BYTES: usize = 64 << 10;
 
 /// The engine and linker shared by every instance, and the epoch ticker thread.
 pub struct Runtime {
@@ -121,6 +135,7 @@ impl Runtime {
             largest_memory: 0,
             call: None,
             deadline_hit: None,
+            abandoned: false,
             raised_error: None,
             context,
             log,
@@ -128,6 +143,9 @@ impl Runtime {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| state as &mut dyn ResourceLimiter);
+        // What the host lifts out of the guest in one call (import arguments, export
+        // results) never exceeds what the guest itself may hold.
+        store.set_hostcall_fuel(usize::try_from(sandbox.memory_max_bytes).unwrap_or(usize::MAX));
         if self.fuel_metering {
             store.set_fuel(u64::MAX).map_err(|e| CallError::Setup(format!("{e:#}")))?;
         }
@@ -146,13 +164,17 @@ impl Runtime {
                 _ => Ok(UpdateDeadline::Yield(1)),
             }
         });
-        begin(&mut store, "instantiate", sandbox.timeouts.lifecycle);
-        let bindings = pre.instantiate_async(&mut store).await;
-        let bindings = finish(&mut store, bindings)?;
+        let deadline = begin(&mut store, "instantiate", sandbox.timeouts.lifecycle, None);
+        let instantiating = pre.instantiate_async(&mut store);
+        let bindings = match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), instantiating).await {
+            Ok(bindings) => finish(&mut store, bindings)?,
+            Err(_) => return Err(abandon(&mut store)),
+        };
         Ok(PluginInstance {
             store,
             bindings,
             timeouts: sandbox.timeouts,
+            stop_by: None,
             id: self.next_instance.fetch_add(1, Ordering::Relaxed),
         })
     }
@@ -171,8 +193,9 @@ pub struct InstanceContext {
     /// `None` for the connector instance.
     pub task: Option<u32>,
     pub offsets: Arc<dyn OffsetStore>,
-    /// Where `request-task-reconfiguration` goes: the connector's herder loop.
-    pub reconfigure: Option<mpsc::UnboundedSender<()>>,
+    /// Where `request-task-reconfiguration` goes: the connector's loop. A `Notify` keeps
+    /// one pending request however many calls are made.
+    pub reconfigure: Option<Arc<Notify>>,
 }
 
 struct ActiveCall {
@@ -192,6 +215,8 @@ pub struct HostState {
     largest_memory: u64,
     call: Option<ActiveCall>,
     deadline_hit: Option<String>,
+    /// A call was abandoned at its deadline: the instance must not be called again.
+    abandoned: bool,
     raised_error: Option<String>,
     context: InstanceContext,
     log: PluginLog,
@@ -245,46 +270,72 @@ pub fn human_bytes(bytes: u64) -> String {
 impl types::Host for HostState {}
 
 impl offset_storage_reader::Host for HostState {
-    fn offset(&mut self, partition: String) -> Option<String> {
-        let canonical = canonical_object(&partition).ok()?;
-        let ns = &self.context.namespace;
-        match self.context.offsets.offsets(ns, &[canonical]) {
-            Ok(mut found) => found.pop().flatten(),
-            Err(e) => {
-                tracing::error!(connector = %ns.connector, "offset store read failed: {e:#}");
-                None
-            }
-        }
+    async fn offset(&mut self, partition: String) -> wasmtime::Result<Option<String>> {
+        Ok(self.lookup(vec![partition]).await?.pop().and_then(|(_, offset)| offset))
     }
 
-    fn offsets(&mut self, partitions: Vec<String>) -> Vec<(String, Option<String>)> {
-        let canonical: Vec<Option<String>> = partitions.iter().map(|p| canonical_object(p).ok()).collect();
-        let valid: Vec<String> = canonical.iter().flatten().cloned().collect();
-        let ns = &self.context.namespace;
-        let mut found = match self.context.offsets.offsets(ns, &valid) {
-            Ok(found) => found.into_iter(),
-            Err(e) => {
-                tracing::error!(connector = %ns.connector, "offset store read failed: {e:#}");
-                vec![None; valid.len()].into_iter()
+    async fn offsets(&mut self, partitions: Vec<String>) -> wasmtime::Result<Vec<(String, Option<String>)>> {
+        self.lookup(partitions).await
+    }
+}
+
+impl HostState {
+    /// Committed offsets of `partitions` (already bounded by the hostcall fuel, that is by
+    /// the instance's memory cap), read off the async runtime's threads a chunk at a time.
+    /// An answer that would take more host memory than the instance's own cap is refused,
+    /// and so is a store that cannot be read: resuming from nothing would send records twice.
+    async fn lookup(&mut self, partitions: Vec<String>) -> wasmtime::Result<Vec<(String, Option<String>)>> {
+        let (store, ns, cap) = (self.context.offsets.clone(), self.context.namespace.clone(), self.memory_cap);
+        let asked = partitions.len();
+        // Work for a call that was abandoned at its deadline stops too.
+        let deadline = self.call.as_ref().map(|call| call.deadline + ABANDON_AFTER);
+        let lookup = move || -> wasmtime::Result<Vec<(String, Option<String>)>> {
+            let mut answer = Vec::with_capacity(asked);
+            let mut bytes = 0u64;
+            let mut partitions = partitions.into_iter().peekable();
+            while partitions.peek().is_some() {
+                if deadline.is_some_and(|deadline| Instant::now() > deadline) {
+                    return Err(wasmtime::Error::msg("offsets: the call's deadline passed during the lookup"));
+                }
+                let chunk: Vec<String> = partitions.by_ref().take(LOOKUP_CHUNK).collect();
+                let canonical: Vec<Option<String>> = chunk.iter().map(|p| canonical_object(p).ok()).collect();
+                let valid: Vec<String> = canonical.iter().flatten().cloned().collect();
+                let mut found = store
+                    .offsets(&ns, &valid)
+                    .map_err(|e| wasmtime::Error::msg(format!("the offset store could not be read: {e:#}")))?
+                    .into_iter();
+                for (partition, canonical) in chunk.into_iter().zip(canonical) {
+                    let offset = canonical.and_then(|_| found.next().flatten());
+                    bytes += (partition.len() + offset.as_ref().map_or(0, String::len)) as u64 + ANSWER_ENTRY_OVERHEAD;
+                    if bytes > cap {
+                        return Err(wasmtime::Error::msg(format!(
+                            "offsets: the answer for {asked} partitions would take more than the instance's memory cap of {} (sandbox.memory.max.bytes); ask in smaller batches",
+                            human_bytes(cap)
+                        )));
+                    }
+                    answer.push((partition, offset));
+                }
             }
+            Ok(answer)
         };
-        partitions
-            .into_iter()
-            .zip(canonical)
-            .map(|(partition, canonical)| (partition, canonical.and_then(|_| found.next().flatten())))
-            .collect()
+        tokio::task::spawn_blocking(lookup)
+            .await
+            .map_err(|e| wasmtime::Error::msg(format!("offset lookup failed: {e}")))?
     }
 }
 
 impl connector_context::Host for HostState {
     fn request_task_reconfiguration(&mut self) {
-        if let Some(sender) = &self.context.reconfigure {
-            let _ = sender.send(());
+        if let Some(requests) = &self.context.reconfigure {
+            requests.notify_one();
         }
     }
 
-    fn raise_error(&mut self, message: String) {
-        self.raised_error.get_or_insert(message);
+    fn raise_error(&mut self, mut message: String) {
+        if self.raised_error.is_none() {
+            cut_at_char_boundary(&mut message, MAX_TRACE_BYTES);
+            self.raised_error = Some(message);
+        }
     }
 }
 
@@ -314,10 +365,25 @@ pub enum CallError {
     Setup(String),
 }
 
-fn begin(store: &mut Store<HostState>, name: &'static str, timeout: Duration) {
+/// Cuts `text` to at most `max` bytes, on a character boundary.
+pub fn cut_at_char_boundary(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+}
+
+/// Starts a call: its deadline is its timeout, or the stop deadline when that is sooner.
+/// Returns the deadline.
+fn begin(store: &mut Store<HostState>, name: &'static str, timeout: Duration, stop_by: Option<Instant>) -> Instant {
     let state = store.data_mut();
     let started = Instant::now();
-    state.call = Some(ActiveCall { name, started, deadline: started + timeout, timeout });
+    let deadline = stop_by.map_or(started + timeout, |stop_by| stop_by.min(started + timeout));
+    let timeout = deadline.saturating_duration_since(started);
+    state.call = Some(ActiveCall { name, started, deadline, timeout });
     state.deadline_hit = None;
     if let Some(fuel) = &mut state.fuel {
         fuel.budget = fuel.per_call.unwrap_or(u64::MAX / 2);
@@ -325,6 +391,20 @@ fn begin(store: &mut Store<HostState>, name: &'static str, timeout: Duration) {
         let _ = store.set_fuel(budget);
     }
     store.set_epoch_deadline(1);
+    deadline
+}
+
+/// A call that overran its deadline while blocked where epoch interruption cannot reach
+/// (a host call): its future was dropped, which unwinds the guest; the instance is unusable.
+fn abandon(store: &mut Store<HostState>) -> CallError {
+    let state = store.data_mut();
+    state.abandoned = true;
+    match state.call.take() {
+        Some(call) => {
+            CallError::Deadline(format!("{} did not return within {} ms", call.name, call.timeout.as_millis()))
+        }
+        None => CallError::Deadline("a call did not return by its deadline".into()),
+    }
 }
 
 fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R, CallError> {
@@ -350,6 +430,12 @@ fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Resul
                 (error.downcast_ref::<wasmtime::Trap>(), &state.fuel)
             {
                 Err(CallError::Fuel(format!("{call} used all of its sandbox.fuel.per.call ({})", fuel.budget)))
+            } else if format!("{error:#}").contains("fuel allocated for hostcalls has been exhausted") {
+                let detail = format!(
+                    "passed more data between the plugin and the host in one call than its memory cap of {} allows (sandbox.memory.max.bytes)",
+                    human_bytes(state.memory_cap)
+                );
+                Err(CallError::Trap { call, detail })
             } else {
                 Err(CallError::Trap { call, detail: describe_trap(&error) })
             }
@@ -373,6 +459,8 @@ pub struct PluginInstance {
     store: Store<HostState>,
     bindings: SourceConnector,
     timeouts: CallTimeouts,
+    /// Once stopping: no call may run past this moment.
+    stop_by: Option<Instant>,
     /// Host-unique: tells one (re)start of a task from another.
     pub id: u64,
 }
@@ -387,14 +475,27 @@ impl PluginInstance {
     pub fn fuel_used(&self) -> Option<u64> {
         self.store.data().fuel.as_ref().map(|f| f.used)
     }
+
+    /// From now on every call ends by `deadline` (the instance is being stopped).
+    pub fn stop_by(&mut self, deadline: Instant) {
+        self.stop_by = Some(self.stop_by.map_or(deadline, |d| d.min(deadline)));
+    }
 }
 
-/// Calls an export under its deadline and turns failures into [`CallError`].
+/// Calls an export under its deadline and turns failures into [`CallError`]. The deadline
+/// holds on the whole call, wall-clock: epoch interruption stops running wasm at it, and a
+/// call blocked in a host call is abandoned just after it.
 macro_rules! guest_call {
     ($self:ident, $name:literal, $timeout:ident, $interface:ident . $method:ident ( $($arg:expr),* )) => {{
-        begin(&mut $self.store, $name, $self.timeouts.$timeout);
-        let result = $self.bindings.$interface().$method(&mut $self.store $(, $arg)*).await;
-        finish(&mut $self.store, result)
+        if $self.store.data().abandoned {
+            return Err(CallError::Setup(format!("{} not called: the instance was abandoned", $name)));
+        }
+        let deadline = begin(&mut $self.store, $name, $self.timeouts.$timeout, $self.stop_by);
+        let call = $self.bindings.$interface().$method(&mut $self.store $(, $arg)*);
+        match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), call).await {
+            Ok(result) => finish(&mut $self.store, result),
+            Err(_) => Err(abandon(&mut $self.store)),
+        }
     }};
 }
 

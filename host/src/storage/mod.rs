@@ -69,8 +69,21 @@ pub trait RecordLog: OffsetStore {
     ) -> anyhow::Result<()>;
     /// (topic, record count) of a tenant.
     fn topics(&self, tenant: &str) -> anyhow::Result<Vec<(String, u64)>>;
-    /// Records of a topic from `from` (topic offset), at most `limit`.
-    fn read(&self, tenant: &str, topic: &str, from: u64, limit: usize) -> anyhow::Result<Vec<StoredRecord>>;
+    /// Records of a topic from `from` (topic offset), at most `limit`, and no more once
+    /// they add up to `max_bytes` (at least one): a page to stream a topic of any size.
+    fn read_page(
+        &self,
+        tenant: &str,
+        topic: &str,
+        from: u64,
+        limit: usize,
+        max_bytes: u64,
+    ) -> anyhow::Result<Vec<StoredRecord>>;
+
+    /// Records of a topic from `from`, at most `limit`, whatever their size.
+    fn read(&self, tenant: &str, topic: &str, from: u64, limit: usize) -> anyhow::Result<Vec<StoredRecord>> {
+        self.read_page(tenant, topic, from, limit, u64::MAX)
+    }
 }
 
 /// The stores of one worker, from one backend.

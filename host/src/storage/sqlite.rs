@@ -3,8 +3,11 @@
 //! destination's records. WAL mode: readers (`sluice offsets`, `sluice topics`) never block
 //! the writer, and a transaction that returned is in the WAL file, so a killed process
 //! loses nothing it committed. Only [`super::Stores`] opens it.
+//!
+//! Two connections: the writer (records, offsets, configs, statuses) and a reader for
+//! lookups, so a plugin's offset lookup never waits for, nor holds up, a delivery.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -15,7 +18,9 @@ use super::model::{ConnectorStatus, Record, StoredRecord};
 use super::{ConfigStore, Namespace, OffsetStore, RecordLog, StatusStore};
 
 pub struct SqliteStore {
-    conn: Mutex<Connection>,
+    writer: Mutex<Connection>,
+    reader: Mutex<Connection>,
+    path: PathBuf,
 }
 
 const SCHEMA: &str = "
@@ -47,17 +52,36 @@ impl SqliteStore {
         let conn = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         conn.busy_timeout(Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
+        let reader = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        reader.busy_timeout(Duration::from_secs(10))?;
         // NORMAL in WAL mode: a committed transaction survives a killed process; a power
         // loss may drop the last transactions but never splits one, so records and their
         // offsets stay consistent either way.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA).with_context(|| format!("cannot set up {}", path.display()))?;
-        Ok(SqliteStore { conn: Mutex::new(conn) })
+        Ok(SqliteStore { writer: Mutex::new(conn), reader: Mutex::new(reader), path: path.to_path_buf() })
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves SQLite consistent (transactions roll back).
-        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A write that failed, in plain words when the disk is full (the transaction rolled
+    /// back: nothing of it was committed).
+    fn write_error(&self, error: rusqlite::Error) -> anyhow::Error {
+        if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            let dir = self.path.parent().unwrap_or(&self.path);
+            return anyhow::anyhow!(
+                "the disk holding the data directory {} is full: nothing of this batch was committed; free space, then restart",
+                dir.display()
+            );
+        }
+        error.into()
     }
 }
 
@@ -76,9 +100,62 @@ fn upsert_offsets(
     Ok(())
 }
 
+/// Appends records and commits the offsets they advance, in one transaction.
+fn append(
+    conn: &mut Connection,
+    ns: &Namespace,
+    records: &[Record],
+    offsets: &[(String, String)],
+) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+
+    {
+        let mut next_of = tx.prepare_cached("SELECT next_offset FROM topics WHERE tenant = ?1 AND topic = ?2")?;
+        let mut set_next = tx.prepare_cached(
+            "INSERT INTO topics (tenant, topic, next_offset) VALUES (?1, ?2, ?3)
+             ON CONFLICT (tenant, topic) DO UPDATE SET next_offset = excluded.next_offset",
+        )?;
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO records (tenant, topic, topic_offset, connector, partition, offset, key, value, headers, timestamp_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )?;
+        let mut next: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+        for record in records {
+            let topic_next = match next.get_mut(record.topic.as_str()) {
+                Some(n) => n,
+                None => {
+                    let n: i64 =
+                        next_of.query_row(params![ns.tenant, record.topic], |r| r.get(0)).optional()?.unwrap_or(0);
+                    next.entry(record.topic.as_str()).or_insert(n)
+                }
+            };
+            let headers = serde_json::to_string(&record.headers)
+                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+            insert.execute(params![
+                ns.tenant,
+                record.topic,
+                *topic_next,
+                ns.connector,
+                record.partition,
+                record.offset,
+                record.key,
+                record.value,
+                headers,
+                record.timestamp_ms
+            ])?;
+            *topic_next += 1;
+        }
+        for (topic, n) in next {
+            set_next.execute(params![ns.tenant, topic, n])?;
+        }
+    }
+    upsert_offsets(&tx, ns, offsets)?;
+    tx.commit()
+}
+
 impl OffsetStore for SqliteStore {
     fn offsets(&self, ns: &Namespace, partitions: &[String]) -> anyhow::Result<Vec<Option<String>>> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt =
             conn.prepare_cached("SELECT offset FROM offsets WHERE tenant = ?1 AND connector = ?2 AND partition = ?3")?;
         partitions
@@ -89,14 +166,16 @@ impl OffsetStore for SqliteStore {
 
     fn commit_offsets(&self, ns: &Namespace, offsets: &[(String, String)]) -> anyhow::Result<()> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        upsert_offsets(&tx, ns, offsets)?;
-        tx.commit()?;
-        Ok(())
+        let commit = |conn: &mut Connection| {
+            let tx = conn.transaction()?;
+            upsert_offsets(&tx, ns, offsets)?;
+            tx.commit()
+        };
+        commit(&mut conn).map_err(|e| self.write_error(e))
     }
 
     fn all_offsets(&self, ns: &Namespace) -> anyhow::Result<Vec<(String, String)>> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn.prepare_cached(
             "SELECT partition, offset FROM offsets WHERE tenant = ?1 AND connector = ?2 ORDER BY partition",
         )?;
@@ -140,7 +219,7 @@ impl ConfigStore for SqliteStore {
     }
 
     fn task_configs(&self, ns: &Namespace) -> anyhow::Result<Vec<Vec<(String, String)>>> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt =
             conn.prepare_cached("SELECT config FROM task_configs WHERE tenant = ?1 AND connector = ?2 ORDER BY task")?;
         let rows = stmt.query_map(params![ns.tenant, ns.connector], |row| row.get::<_, String>(0))?;
@@ -159,7 +238,7 @@ impl StatusStore for SqliteStore {
     }
 
     fn statuses(&self, tenant: &str) -> anyhow::Result<Vec<ConnectorStatus>> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn.prepare_cached("SELECT status FROM statuses WHERE tenant = ?1 ORDER BY connector")?;
         let rows = stmt.query_map(params![tenant], |row| row.get::<_, String>(0))?;
         rows.map(|text| Ok(serde_json::from_str(&text?)?)).collect()
@@ -174,60 +253,25 @@ impl RecordLog for SqliteStore {
         offsets: &[(String, String)],
     ) -> anyhow::Result<()> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        {
-            let mut next_of = tx.prepare_cached("SELECT next_offset FROM topics WHERE tenant = ?1 AND topic = ?2")?;
-            let mut set_next = tx.prepare_cached(
-                "INSERT INTO topics (tenant, topic, next_offset) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (tenant, topic) DO UPDATE SET next_offset = excluded.next_offset",
-            )?;
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO records (tenant, topic, topic_offset, connector, partition, offset, key, value, headers, timestamp_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?;
-            let mut next: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
-            for record in records {
-                let topic_next = match next.get_mut(record.topic.as_str()) {
-                    Some(n) => n,
-                    None => {
-                        let n: i64 =
-                            next_of.query_row(params![ns.tenant, record.topic], |r| r.get(0)).optional()?.unwrap_or(0);
-                        next.entry(record.topic.as_str()).or_insert(n)
-                    }
-                };
-                let headers = serde_json::to_string(&record.headers)?;
-                insert.execute(params![
-                    ns.tenant,
-                    record.topic,
-                    *topic_next,
-                    ns.connector,
-                    record.partition,
-                    record.offset,
-                    record.key,
-                    record.value,
-                    headers,
-                    record.timestamp_ms
-                ])?;
-                *topic_next += 1;
-            }
-            for (topic, n) in next {
-                set_next.execute(params![ns.tenant, topic, n])?;
-            }
-        }
-        upsert_offsets(&tx, ns, offsets)?;
-        tx.commit()?;
-        Ok(())
+        append(&mut conn, ns, records, offsets).map_err(|e| self.write_error(e))
     }
 
     fn topics(&self, tenant: &str) -> anyhow::Result<Vec<(String, u64)>> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn.prepare_cached("SELECT topic, next_offset FROM topics WHERE tenant = ?1 ORDER BY topic")?;
         let rows = stmt.query_map(params![tenant], |row| Ok((row.get(0)?, row.get::<_, i64>(1)? as u64)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn read(&self, tenant: &str, topic: &str, from: u64, limit: usize) -> anyhow::Result<Vec<StoredRecord>> {
-        let conn = self.conn();
+    fn read_page(
+        &self,
+        tenant: &str,
+        topic: &str,
+        from: u64,
+        limit: usize,
+        max_bytes: u64,
+    ) -> anyhow::Result<Vec<StoredRecord>> {
+        let conn = self.reader();
         let mut stmt = conn.prepare_cached(
             "SELECT topic_offset, connector, partition, offset, key, value, headers, timestamp_ms FROM records
              WHERE tenant = ?1 AND topic = ?2 AND topic_offset >= ?3 ORDER BY topic_offset LIMIT ?4",
@@ -245,9 +289,20 @@ impl RecordLog for SqliteStore {
                 row.get(7)?,
             ))
         })?;
-        rows.map(|row| {
+        let mut bytes = 0u64;
+        let mut page = Vec::new();
+        for row in rows {
             let (offset, connector, partition, source_offset, key, value, headers, timestamp_ms) = row?;
-            Ok(StoredRecord {
+            let key: Option<Vec<u8>> = key;
+            let value: Option<Vec<u8>> = value;
+            let partition: String = partition;
+            let source_offset: String = source_offset;
+            bytes += (key.as_ref().map_or(0, Vec::len)
+                + value.as_ref().map_or(0, Vec::len)
+                + headers.len()
+                + partition.len()
+                + source_offset.len()) as u64;
+            page.push(StoredRecord {
                 offset: offset as u64,
                 connector,
                 record: Record {
@@ -259,9 +314,13 @@ impl RecordLog for SqliteStore {
                     headers: serde_json::from_str(&headers)?,
                     timestamp_ms,
                 },
-            })
-        })
-        .collect()
+            });
+            // A page holds at least one record, and stops once it passes `max_bytes`.
+            if bytes >= max_bytes {
+                break;
+            }
+        }
+        Ok(page)
     }
 }
 

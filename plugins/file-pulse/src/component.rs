@@ -831,7 +831,8 @@ impl TaskFile {
 
     /// The largest line one record may hold: the cap minus the key and headers.
     fn max_line(&self, settings: &Settings) -> usize {
-        let overhead = 2 * self.key.path.len() + "file.path".len() + "file.line".len() + 20;
+        // The host counts 64 bytes per record and 32 per header beyond their contents.
+        let overhead = 2 * self.key.path.len() + "file.path".len() + "file.line".len() + 20 + 64 + 2 * 32;
         (settings.record_max_bytes as usize).saturating_sub(overhead).max(1)
     }
 }
@@ -912,6 +913,15 @@ impl TaskState {
         if let Some(why) = file.rewritten() {
             return file.restart_version(why);
         }
+        // Rewritten while this poll read it: what was read may be new content at old
+        // positions, so it is dropped (nothing was delivered yet) and the new version read.
+        let first = records.len();
+        let rewritten_meanwhile = |file: &mut TaskFile, records: &mut Vec<Record>| {
+            let why = file.rewritten()?;
+            records.truncate(first);
+            file.restart_version(why);
+            Some(())
+        };
         let mut last_of_this_poll = None;
         let hold_partial = settings.completion == Completion::Tail;
         while records.len() < settings.poll_max_records && *bytes < settings.poll_max_bytes {
@@ -933,7 +943,12 @@ impl TaskState {
                     last_of_this_poll = Some(records.len() - 1);
                     file.announce = false;
                 }
-                Ok(None) => return Self::at_end(file, &settings, records, last_of_this_poll),
+                Ok(None) => {
+                    if rewritten_meanwhile(file, records).is_some() {
+                        return;
+                    }
+                    return Self::at_end(file, &settings, records, last_of_this_poll);
+                }
                 Err(e) if is_too_long(&e) => {
                     let reason = format!("line {} is {e}", file.offset.line + 1);
                     return file.finish(records, last_of_this_poll, End::Failed, Some(reason));
@@ -943,6 +958,9 @@ impl TaskState {
                     return file.finish(records, last_of_this_poll, End::Failed, Some(reason));
                 }
             }
+        }
+        if rewritten_meanwhile(file, records).is_some() {
+            return;
         }
         // The budget ran out mid-file: note the size seen on the last record.
         if let (Some(index), Some(stat)) = (last_of_this_poll, file.open.as_ref().and_then(|o| o.file.stat().ok())) {

@@ -36,7 +36,12 @@ pub const KEYS: &[(&str, Option<&str>, &str, &str)] = &[
         "medium",
         "eof (done at end of file) or tail (follow appends until removed, rotated or idle).",
     ),
-    ("tail.idle.ms", Some("0"), "low", "With tail: a file that has not grown for this long is done; 0 means never."),
+    (
+        "tail.idle.ms",
+        Some("300000"),
+        "low",
+        "With tail: a file that has not grown for this long is done (and read on if it grows again); 0 means never.",
+    ),
     (
         "tail.rotation.grace.ms",
         Some("2000"),

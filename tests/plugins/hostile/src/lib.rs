@@ -7,7 +7,12 @@
 //! `hostile.target` and reports what happened as a record), `raise-error-flood`,
 //! `log-flood`, `print-flood`, `busy` (spins `hostile.busy.ms` per poll, for the fairness
 //! benchmark), `partition-not-object`, `offset-nested`,
-//! `invalid-utf8-topic`, `long-topic`, `too-many-tasks`.
+//! `invalid-utf8-topic`, `long-topic`, `too-many-tasks`; `sleep-in-<call>` (a WASI sleep,
+//! where epoch interruption cannot reach, of `hostile.sleep.ms`, default an hour, in
+//! `start`, `validate`, `task-configs`, `tick`, `stop`, `task-start`, `poll`, `commit` or
+//! `task-stop`), `huge-offsets` (one `offsets` call with `hostile.count` partitions, default
+//! 4,500,000, all pointing at the same bytes), `offsets-flood` (`offset` called in a loop),
+//! `many-headers` (a record with `hostile.count` empty headers, default 1,000,000).
 //!
 //! A component only: on any other target the crate is empty, so `cargo build --workspace`
 //! works on the host.
@@ -35,6 +40,45 @@ fn get(key: &str) -> String {
 
 fn attack() -> String {
     get("hostile.attack")
+}
+
+fn sleep_if(call: &str) {
+    if attack() == format!("sleep-in-{call}") {
+        let millis = get("hostile.sleep.ms").parse().unwrap_or(3_600_000);
+        std::thread::sleep(std::time::Duration::from_millis(millis));
+    }
+}
+
+fn count(default: usize) -> usize {
+    get("hostile.count").parse().unwrap_or(default)
+}
+
+/// One string of a lowered `list<string>`: where its bytes are, and how many.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawString {
+    ptr: *const u8,
+    len: usize,
+}
+
+#[link(wasm_import_module = "sluice:connector/offset-storage-reader@0.1.0")]
+unsafe extern "C" {
+    /// The raw `offsets` import, to pass a list whose entries all point at the same bytes
+    /// (which the generated bindings would copy).
+    #[link_name = "offsets"]
+    fn raw_offsets(list: *const RawString, len: usize, answer: *mut [usize; 2]);
+}
+
+/// `offsets` with `n` partitions that are all the same few bytes: a list the guest can
+/// afford (8 bytes an entry) that costs the host a string per entry.
+fn huge_offsets(n: usize) {
+    let partition = br#"{"p":0}"#;
+    let list = vec![RawString { ptr: partition.as_ptr(), len: partition.len() }; n];
+    let mut answer = [0usize; 2];
+    // SAFETY: the list and the bytes it points at live across the call; the answer area
+    // is two words, as the canonical ABI returns a list.
+    unsafe { raw_offsets(list.as_ptr(), list.len(), &mut answer) };
+    std::hint::black_box(answer);
 }
 
 fn spin() -> ! {
@@ -73,7 +117,9 @@ impl ConnectorGuest for Hostile {
         Vec::new()
     }
 
-    fn validate(_: Config) -> Vec<ConfigProblem> {
+    fn validate(config: Config) -> Vec<ConfigProblem> {
+        CONFIG.with_borrow_mut(|c| *c = config);
+        sleep_if("validate");
         Vec::new()
     }
 
@@ -82,10 +128,12 @@ impl ConnectorGuest for Hostile {
         if attack() == "loop-in-start" {
             spin();
         }
+        sleep_if("start");
         Ok(())
     }
 
     fn task_configs(max_tasks: u32) -> Result<Vec<Config>, ConnectorError> {
+        sleep_if("task-configs");
         let count = if attack() == "too-many-tasks" { max_tasks * 100 + 5 } else { max_tasks };
         let config = CONFIG.with_borrow(Clone::clone);
         Ok((0..count).map(|_| config.clone()).collect())
@@ -95,19 +143,24 @@ impl ConnectorGuest for Hostile {
         if attack() == "loop-in-tick" {
             spin();
         }
+        sleep_if("tick");
         Ok(())
     }
 
-    fn stop() {}
+    fn stop() {
+        sleep_if("stop");
+    }
 }
 
 impl TaskGuest for Hostile {
     fn start(config: Config) -> Result<(), ConnectorError> {
         CONFIG.with_borrow_mut(|c| *c = config);
+        sleep_if("task-start");
         Ok(())
     }
 
     fn poll() -> Result<Vec<SourceRecord>, ConnectorError> {
+        sleep_if("poll");
         let ok = |value: &str| Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, "hostile", value.as_bytes().to_vec())]);
         match attack().as_str() {
             "loop-in-poll" => spin(),
@@ -181,15 +234,35 @@ impl TaskGuest for Hostile {
                 Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, &topic, Vec::new())])
             }
             "long-topic" => Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, &"t".repeat(250), Vec::new())]),
+            "huge-offsets" => {
+                huge_offsets(count(4_500_000));
+                ok("looked up")
+            }
+            "offsets-flood" => {
+                for _ in 0..count(usize::MAX) {
+                    std::hint::black_box(sluice::connector::offset_storage_reader::offset(r#"{"p":0}"#));
+                }
+                ok("flooded")
+            }
+            "many-headers" => {
+                let mut record = record(r#"{"p":0}"#, r#"{"n":0}"#, "hostile", Vec::new());
+                record.headers = (0..count(1_000_000))
+                    .map(|_| sluice::connector::types::Header { key: String::new(), value: Vec::new() })
+                    .collect();
+                Ok(vec![record])
+            }
             _ => Ok(Vec::new()),
         }
     }
 
     fn commit() -> Result<(), ConnectorError> {
+        sleep_if("commit");
         Ok(())
     }
 
-    fn stop() {}
+    fn stop() {
+        sleep_if("task-stop");
+    }
 }
 
 export!(Hostile);

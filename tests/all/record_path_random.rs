@@ -1,0 +1,75 @@
+//! The record path under random poll batches: a short seeded run, in every test run, of
+//! what `fuzz/fuzz_targets/record_path.rs` runs for as long as it is given. Partitions,
+//! offsets, topics, keys, values, headers and sizes are drawn around the rules and the
+//! caps; every accepted record must read back equal from both destinations.
+//! `RECORD_PATH_SEED=<n>` replays a run.
+
+use sluice::config::{ErrorHandling, StorageConfig};
+use sluice::runtime::bindings::SourceRecord;
+use sluice::runtime::bindings::sluice::connector::types::Header;
+use sluice::storage::{DataDir, Namespace, Stores};
+
+use crate::record_path::check;
+
+fn pick<'a>(rng: &mut fastrand::Rng, options: &[&'a str]) -> &'a str {
+    options[rng.usize(..options.len())]
+}
+
+fn bytes(rng: &mut fastrand::Rng) -> Option<Vec<u8>> {
+    match rng.u8(..10) {
+        0 => None,
+        1 => Some((0..rng.usize(..300)).map(|_| rng.u8(..)).collect()), // often not UTF-8
+        2 => Some(vec![b'x'; rng.usize(1900..2200)]),                   // around the record cap
+        _ => Some(format!("value {}", rng.u32(..)).into_bytes()),
+    }
+}
+
+fn record(rng: &mut fastrand::Rng) -> SourceRecord {
+    let partitions = [
+        r#"{"p":1}"#,
+        r#"{"b":2,"a":"x"}"#,
+        r#"{"a":"x","b":2}"#,
+        r#"{"f":"é","n":null,"t":true}"#,
+        "[1]",
+        "{",
+        r#"{"p":{"q":1}}"#,
+        "",
+        "1",
+    ];
+    let offsets = [r#"{"n":1}"#, r#"{"n":2.5,"s":"x"}"#, r#"{"n":[1]}"#, "null", "{", r#"{"z":1,"a":2}"#];
+    let topics = ["t", "other.topic_1", "a b", "", "é", &"t".repeat(249), &"t".repeat(250)];
+    let headers = match rng.u8(..20) {
+        0 => (0..1100).map(|_| Header { key: String::new(), value: Vec::new() }).collect(),
+        _ => (0..rng.usize(..4))
+            .map(|i| Header { key: format!("h{i}"), value: bytes(rng).unwrap_or_default() })
+            .collect(),
+    };
+    SourceRecord {
+        partition: pick(rng, &partitions).to_string(),
+        offset: pick(rng, &offsets).to_string(),
+        topic: (rng.u8(..8) != 0).then(|| pick(rng, &topics).to_string()),
+        key: bytes(rng),
+        value: bytes(rng),
+        headers,
+        timestamp: rng.bool().then(|| rng.i64(..)),
+    }
+}
+
+#[test]
+fn random_poll_batches_read_back_equal_from_both_destinations() {
+    let seed = std::env::var("RECORD_PATH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| fastrand::u64(..));
+    println!("record path seed: {seed} (set RECORD_PATH_SEED to replay)");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let stores = Stores::open(&StorageConfig::default(), &DataDir::new(dir.path())).unwrap();
+    for round in 0..1500 {
+        let ns = Namespace::new("default", format!("c{}", round % 7));
+        let batch: Vec<SourceRecord> = (0..rng.usize(..12)).map(|_| record(&mut rng)).collect();
+        let errors = ErrorHandling {
+            tolerate_all: rng.bool(),
+            dead_letter_topic: rng.bool().then(|| "dlq".to_string()),
+            log: false,
+        };
+        check(&stores, &ns, batch, &errors);
+    }
+}

@@ -1,0 +1,70 @@
+//! The record path, end to end but without a plugin, for the seeded test
+//! (`tests/all/record_path.rs`) and the fuzz target (`fuzz/fuzz_targets/record_path.rs`):
+//! a poll batch goes through the host's checks (`check_batch`) and, when accepted, into
+//! both destinations; the local log must hand back exactly what was accepted, the stdout
+//! lines must be the same records as JSON, and the committed offsets the batch's last
+//! ones. Any refusal is fine; a panic, a mismatch or a loss is a bug.
+
+use sluice::config::{ErrorHandling, SandboxSettings};
+use sluice::connect::records::{Polled, Source, check_batch, latest_offsets};
+use sluice::destinations::json::{record_json, write_record_json};
+use sluice::runtime::bindings::SourceRecord;
+use sluice::storage::json::canonical_object;
+use sluice::storage::{Namespace, Record, Stores};
+
+/// Small caps, so that sizes at and around them are reached often.
+pub fn sandbox() -> SandboxSettings {
+    SandboxSettings { record_max_bytes: 2048, batch_max_bytes: 64 << 10, ..SandboxSettings::default() }
+}
+
+/// Runs one batch through the path and checks every accepted record reads back equal.
+pub fn check(stores: &Stores, ns: &Namespace, batch: Vec<SourceRecord>, errors: &ErrorHandling) {
+    let source = Source { connector: &ns.connector, task: 0 };
+    let Ok((polled, _refused)) = check_batch(batch, &sandbox(), errors, 7, &source) else { return };
+    for entry in &polled {
+        if let Some((partition, offset)) = entry.commits() {
+            assert_eq!(canonical_object(partition).as_deref(), Ok(partition), "a partition not canonical");
+            assert!(canonical_object(offset).is_ok(), "an offset that is not an object of primitives: {offset}");
+        }
+        if let Polled::Record(record) = entry {
+            assert!(sluice::connect::records::check_topic(&record.topic).is_ok(), "a bad topic passed");
+        }
+    }
+    let offsets = latest_offsets(&polled);
+    let delivered: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
+
+    // Local: what is appended reads back equal, in order, after what each topic held.
+    let log = stores.local();
+    let before: std::collections::BTreeMap<String, u64> = log.topics(&ns.tenant).unwrap().into_iter().collect();
+    log.append_with_offsets(ns, &delivered, &offsets).unwrap();
+    let mut read_back: Vec<Record> = Vec::new();
+    let mut topics: Vec<&str> = delivered.iter().map(|r| r.topic.as_str()).collect();
+    topics.sort();
+    topics.dedup();
+    for topic in topics {
+        let from = before.get(topic).copied().unwrap_or(0);
+        for stored in log.read(&ns.tenant, topic, from, usize::MAX >> 1).unwrap() {
+            assert_eq!(stored.connector, ns.connector);
+            read_back.push(stored.record);
+        }
+    }
+    let mut expected = delivered.clone();
+    expected.sort_by(|a, b| a.topic.cmp(&b.topic));
+    assert_eq!(read_back, expected, "the local log did not hand back what was accepted");
+    let committed = stores.offsets().offsets(ns, &offsets.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>()).unwrap();
+    for ((_, offset), found) in offsets.iter().zip(committed) {
+        assert_eq!(found.as_deref(), Some(offset.as_str()), "a committed offset differs");
+    }
+
+    // stdout: one JSON line per record, the same record as `topics read --json` shows.
+    let mut out = Vec::new();
+    for record in &delivered {
+        write_record_json(&mut out, record).unwrap();
+    }
+    let lines: Vec<serde_json::Value> =
+        out.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+    assert_eq!(lines.len(), delivered.len());
+    for (line, record) in lines.iter().zip(&delivered) {
+        assert_eq!(line, &record_json(record), "a stdout line differs from its record");
+    }
+}
