@@ -13,6 +13,7 @@ mod files;
 mod full_disk;
 mod hostile_calls;
 mod languages;
+mod operator_errors;
 mod scaffold;
 
 use std::path::{Path, PathBuf};

@@ -282,6 +282,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Topics { command: TopicsCommand::List { data, worker, tenant } } => {
             let stores = worker.existing_stores(&data)?;
+            known_tenant(&stores, &tenant.tenant)?;
             for (topic, count) in stores.local().topics(&tenant.tenant)? {
                 println!("{topic}\t{count}");
             }
@@ -318,10 +319,9 @@ async fn run(data_dir: &Path, plugin_path: &Path, worker: WorkerConfig, files: &
     }
     let _lock = DataDir::new(data_dir).lock()?;
     let herder = Herder::open_with_config(worker, data_dir, plugin_path).await?;
-    for config in &configs {
-        if let Err(e) = herder.validate(config).await {
-            return Ok(config_error(&e));
-        }
+    // Every config, quotas included, is checked before any connector starts.
+    if let Err(e) = herder.validate_all(&configs).await {
+        return Ok(config_error(&e));
     }
     for config in configs {
         if let Err(e) = herder.start(config).await {
@@ -329,13 +329,21 @@ async fn run(data_dir: &Path, plugin_path: &Path, worker: WorkerConfig, files: &
             return Ok(config_error(&e));
         }
     }
-    wait_for_signal_showing_progress(&herder).await?;
+    let exit = wait_for_signal_showing_progress(&herder).await?;
     tracing::info!("stopping: committing offsets");
     herder.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+    match exit {
+        None => Ok(ExitCode::SUCCESS),
+        Some(reason) => {
+            eprintln!("error: {reason}: stopped");
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
-async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<()> {
+/// Waits for Ctrl-C or SIGTERM (`None`), or for the worker to ask to stop (`Some(why)`),
+/// showing progress meanwhile.
+async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<Option<String>> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let live = std::io::stderr().is_terminal();
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
@@ -346,6 +354,12 @@ async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<()>
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = terminate.recv() => break,
+            reason = herder.services().exit.requested() => {
+                if live {
+                    eprintln!();
+                }
+                return Ok(Some(reason));
+            }
             _ = ticks.tick() => {
                 seconds += 1;
                 if !live && !seconds.is_multiple_of(10) {
@@ -371,7 +385,7 @@ async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<()>
     if live {
         eprintln!();
     }
-    Ok(())
+    Ok(None)
 }
 
 async fn list_plugins(plugin_path: &Path, data_dir: &DataDir, json: bool) -> anyhow::Result<ExitCode> {
@@ -397,7 +411,31 @@ async fn list_plugins(plugin_path: &Path, data_dir: &DataDir, json: bool) -> any
     Ok(ExitCode::SUCCESS)
 }
 
+/// The tenant has connectors here; otherwise one line saying which tenants do.
+fn known_tenant(stores: &Stores, tenant: &str) -> anyhow::Result<()> {
+    let tenants = stores.configs().tenants()?;
+    if tenants.iter().any(|t| t == tenant) {
+        return Ok(());
+    }
+    anyhow::bail!("no connector of tenant '{tenant}' ever ran in this data directory (tenants: {})", names(&tenants))
+}
+
+/// The connector ran here, in that tenant; otherwise one line saying which did.
+fn known_connector(stores: &Stores, tenant: &str, connector: &str) -> anyhow::Result<()> {
+    known_tenant(stores, tenant)?;
+    let connectors = stores.configs().connectors(tenant)?;
+    if connectors.iter().any(|c| c == connector) {
+        return Ok(());
+    }
+    anyhow::bail!("no connector '{connector}' in tenant {tenant} (its connectors: {})", names(&connectors))
+}
+
+fn names(names: &[String]) -> String {
+    if names.is_empty() { "none".into() } else { names.join(", ") }
+}
+
 fn offsets(stores: &Stores, tenant: &str, connector: &str, json: bool) -> anyhow::Result<ExitCode> {
+    known_connector(stores, tenant, connector)?;
     let offsets = stores.offsets().all_offsets(&Namespace::new(tenant, connector))?;
     if json {
         let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or(serde_json::Value::Null);
@@ -427,6 +465,7 @@ fn delete_offset(
     };
     let _lock = data.dir().lock()?;
     let stores = worker.existing_stores(data)?;
+    known_connector(&stores, tenant, connector)?;
     if stores.offsets().delete_offset(&Namespace::new(tenant, connector), &partition)? {
         println!("deleted the offset of {partition}: it will be read from the start");
         Ok(ExitCode::SUCCESS)
@@ -438,7 +477,12 @@ fn delete_offset(
 
 fn read_topic(stores: &Stores, tenant: &str, topic: &str, json: bool, from: u64) -> anyhow::Result<ExitCode> {
     use std::io::Write;
+    known_tenant(stores, tenant)?;
     let log = stores.local();
+    let topics: Vec<String> = log.topics(tenant)?.into_iter().map(|(topic, _)| topic).collect();
+    if !topics.iter().any(|t| t == topic) {
+        anyhow::bail!("no topic '{topic}' in tenant {tenant} (topics: {})", names(&topics));
+    }
     let mut out = std::io::stdout().lock();
     let mut next = from;
     loop {

@@ -5,23 +5,33 @@
 use std::sync::Arc;
 
 use super::services::Services;
+use crate::config::HOST_KEYS;
 use crate::config::keys::{
     CONNECTOR_CLASS, NAME, SANDBOX_FS_READ, SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES,
     TASKS_MAX, TENANT,
 };
 use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings};
 use crate::runtime::Plugin;
+use crate::runtime::plugin_log::escape_controls;
 use crate::storage::Namespace;
 
 /// A connector already running, as admission sees it: its namespace and `tasks.max`.
 pub(super) type Running = (Namespace, u32);
+
+/// A config that may start: its host settings, its plugin, and warnings about it (keys
+/// neither the host nor the plugin knows, with the nearest known key).
+pub struct Admitted {
+    pub settings: ConnectorSettings,
+    pub plugin: Arc<Plugin>,
+    pub warnings: Vec<String>,
+}
 
 /// Checks `config` (with the worker's defaults filled in) the way `start` would.
 pub(super) async fn admit(
     services: &Services,
     config: &ConnectorConfig,
     running: &[Running],
-) -> Result<(ConnectorSettings, Arc<Plugin>), ConfigError> {
+) -> Result<Admitted, ConfigError> {
     let config = &config.with_defaults(&services.worker.defaults);
     let mut settings = config.settings()?;
     if settings.sandbox.fuel_per_call.is_some() && !services.runtime.fuel_metering {
@@ -62,9 +72,50 @@ pub(super) async fn admit(
         .await
         .map_err(|e| config.error(CONNECTOR_CLASS, format!("plugin {name} failed in validate: {e}")))?;
     if let Some(problem) = problems.into_iter().next() {
-        return Err(config.error(&problem.key, problem.message));
+        return Err(config.error(&escape_controls(&problem.key), escape_controls(&problem.message)));
     }
-    Ok((settings, plugin.clone()))
+    let warnings = unknown_keys(config, plugin);
+    Ok(Admitted { settings, plugin: plugin.clone(), warnings })
+}
+
+/// Keys neither the host nor the plugin's `config-def` names: accepted (a plugin may read
+/// keys it does not declare), but said, with the nearest known key.
+fn unknown_keys(config: &ConnectorConfig, plugin: &Plugin) -> Vec<String> {
+    let known: Vec<&str> =
+        HOST_KEYS.iter().map(|k| k.name).chain(plugin.config_def.iter().map(|k| k.name.as_str())).collect();
+    config
+        .values
+        .keys()
+        .filter(|key| !known.contains(&key.as_str()))
+        .map(|key| {
+            let hint = nearest(key, &known).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
+            format!(
+                "{}: {}: not a key of the host or of plugin {}{hint}",
+                config.source,
+                escape_controls(key),
+                plugin.name
+            )
+        })
+        .collect()
+}
+
+/// The known key closest to `key` by edit distance, if it is close enough to be a typo.
+fn nearest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
+    let distance = |a: &str, b: &str| {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut previous = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let substitution = previous + usize::from(ca != *cb);
+                previous = row[j + 1];
+                row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+            }
+        }
+        row[b.len()]
+    };
+    known.iter().map(|k| (distance(key, k), *k)).filter(|(d, k)| *d <= 2.max(k.len() / 4)).min().map(|(_, k)| k)
 }
 
 /// The tenant's rules: it exists, grants stay inside its roots, and its quotas hold.
@@ -134,4 +185,17 @@ fn check_type(value: &str, type_name: &str) -> Result<(), String> {
         _ => true,
     };
     if ok { Ok(()) } else { Err(format!("'{value}' is not a valid {}", type_name.to_ascii_lowercase())) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nearest;
+
+    #[test]
+    fn the_nearest_key_is_a_likely_typo() {
+        let known = ["tasks.max", "topic", "fs.listing.directory.path"];
+        assert_eq!(nearest("tasks.mx", &known), Some("tasks.max"));
+        assert_eq!(nearest("fs.listing.dir.path", &known), Some("fs.listing.directory.path"));
+        assert_eq!(nearest("bogus.key", &known), None);
+    }
 }

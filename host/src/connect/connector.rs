@@ -16,6 +16,7 @@ use super::task_runner::{TaskSpec, run_task};
 use crate::config::{ConnectorConfig, ConnectorSettings};
 use crate::destinations::Destination;
 use crate::runtime::bindings::ConnectorError;
+use crate::runtime::plugin_log::escape_controls;
 use crate::runtime::sandbox::describe_connector_error;
 use crate::runtime::{Pairs, Plugin, PluginInstance};
 use crate::storage::{Namespace, State};
@@ -123,7 +124,7 @@ impl ConnectorRun {
                     None => return None,
                     Some(Err(e)) => return Some(e.to_string()),
                     Some(Ok(Err(ConnectorError::Retriable(message)))) => {
-                        tracing::warn!(connector = %self.config.name, "tick: retriable error: {message}");
+                        tracing::warn!(connector = %self.config.name, "tick: retriable error: {}", escape_controls(&message));
                     }
                     Some(Ok(Err(e))) => return Some(describe_connector_error(&e)),
                     Some(Ok(Ok(()))) => {}

@@ -11,15 +11,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, Notify, watch};
 use tokio::task::JoinHandle;
 
-use super::admission::{self, Running};
+use super::admission::{self, Admitted, Running};
 use super::connector::ConnectorRun;
 use super::limits::TenantRates;
 use super::metrics::{ConnectorMetrics, MetricsSnapshot};
 use super::services::Services;
 use super::status::StatusBoard;
-use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DEFAULT_TENANT, WorkerConfig, keys::NAME};
+use crate::config::{ConfigError, ConnectorConfig, DEFAULT_TENANT, WorkerConfig, keys::NAME};
 use crate::destinations;
-use crate::runtime::{Plugin, Registry, Runtime};
+use crate::runtime::{Registry, Runtime};
 use crate::storage::{ConnectorStatus, DataDir, Namespace, State, Stores};
 
 struct ConnectorHandle {
@@ -53,7 +53,8 @@ impl Herder {
         let worker_id = format!("{}:{}", hostname(), std::process::id());
         let board = Arc::new(StatusBoard::new(worker_id, stores.statuses().clone()));
         let rates = Arc::new(TenantRates::new(&worker));
-        Ok(Herder::new(Services { runtime, registry, stores, board, worker: Arc::new(worker), rates }))
+        let exit = Arc::default();
+        Ok(Herder::new(Services { exit, runtime, registry, stores, board, worker: Arc::new(worker), rates }))
     }
 
     pub fn new(services: Services) -> Herder {
@@ -98,15 +99,35 @@ impl Herder {
 
     /// Checks a config the way `start` would: host keys, the tenant's rules, the plugin's
     /// `config-def`, and the plugin's own `validate`.
-    pub async fn validate(&self, config: &ConnectorConfig) -> Result<(ConnectorSettings, Arc<Plugin>), ConfigError> {
-        let running: Vec<Running> =
-            self.connectors.lock().await.iter().map(|(ns, c)| (ns.clone(), c.tasks_max)).collect();
-        admission::admit(&self.services, config, &running).await
+    pub async fn validate(&self, config: &ConnectorConfig) -> Result<Admitted, ConfigError> {
+        admission::admit(&self.services, config, &self.running().await).await
     }
 
-    /// Validates and starts a connector and its tasks.
+    /// Checks several configs as if all were started, each against the tenants' quotas
+    /// with the ones before it counted: nothing need start for a bad one to be refused.
+    pub async fn validate_all(&self, configs: &[ConnectorConfig]) -> Result<Vec<Admitted>, ConfigError> {
+        let mut running = self.running().await;
+        let mut admitted = Vec::with_capacity(configs.len());
+        for config in configs {
+            let one = admission::admit(&self.services, config, &running).await?;
+            let tenant = config.with_defaults(&self.services.worker.defaults).tenant().to_string();
+            running.push((Namespace::new(tenant, &config.name), one.settings.tasks_max));
+            admitted.push(one);
+        }
+        Ok(admitted)
+    }
+
+    async fn running(&self) -> Vec<Running> {
+        self.connectors.lock().await.iter().map(|(ns, c)| (ns.clone(), c.tasks_max)).collect()
+    }
+
+    /// Validates and starts a connector and its tasks; warnings about the config (unknown
+    /// keys) go to the log.
     pub async fn start(&self, config: ConnectorConfig) -> Result<(), ConfigError> {
-        let (settings, plugin) = self.validate(&config).await?;
+        let Admitted { settings, plugin, warnings } = self.validate(&config).await?;
+        for warning in warnings {
+            tracing::warn!("{warning}");
+        }
         let config = config.with_defaults(&self.services.worker.defaults);
         let namespace = Namespace::new(config.tenant(), &config.name);
         let mut connectors = self.connectors.lock().await;

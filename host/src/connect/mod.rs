@@ -18,6 +18,7 @@ mod services;
 pub mod status;
 mod task_runner;
 
+pub use admission::Admitted;
 pub use herder::Herder;
 pub use services::Services;
 pub use status::StatusBoard;

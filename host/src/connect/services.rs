@@ -13,6 +13,8 @@ use crate::runtime::{InstanceContext, Registry, Runtime};
 use crate::storage::{Namespace, Stores};
 
 pub struct Services {
+    /// Set when the whole worker must stop (the `stdout` reader went away).
+    pub exit: Arc<ExitRequest>,
     pub runtime: Arc<Runtime>,
     pub registry: Arc<Registry>,
     pub stores: Stores,
@@ -31,6 +33,32 @@ impl Services {
         reconfigure: Option<Arc<Notify>>,
     ) -> InstanceContext {
         InstanceContext { namespace: namespace.clone(), task, offsets: self.stores.offsets().clone(), reconfigure }
+    }
+}
+
+/// A request that the whole worker stop, with the reason; what `sluice run` waits on
+/// besides signals.
+#[derive(Default)]
+pub struct ExitRequest {
+    reason: std::sync::Mutex<Option<String>>,
+    requested: Notify,
+}
+
+impl ExitRequest {
+    /// Asks the worker to stop; the first reason is kept.
+    pub fn request(&self, reason: String) {
+        self.reason.lock().unwrap().get_or_insert(reason);
+        self.requested.notify_one();
+    }
+
+    /// Resolves with the reason once a stop was requested.
+    pub async fn requested(&self) -> String {
+        loop {
+            if let Some(reason) = self.reason.lock().unwrap().clone() {
+                return reason;
+            }
+            self.requested.notified().await;
+        }
     }
 }
 

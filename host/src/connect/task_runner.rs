@@ -15,6 +15,7 @@ use super::services::{Services, StopSignal, stopped, unless_stopped};
 use crate::config::{ConnectorSettings, SandboxSettings};
 use crate::destinations::Destination;
 use crate::runtime::bindings::ConnectorError;
+use crate::runtime::plugin_log::escape_controls;
 use crate::runtime::sandbox::{describe_connector_error, human_bytes};
 use crate::runtime::{Pairs, Plugin, PluginInstance};
 use crate::storage::{Namespace, Record, State};
@@ -112,7 +113,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         let records = match polled {
             Err(e) => return failed(e.to_string(), id),
             Ok(Err(ConnectorError::Retriable(message))) => {
-                tracing::warn!(connector = %connector, task = spec.task, "poll: retriable error: {message}");
+                tracing::warn!(connector = %connector, task = spec.task, "poll: retriable error: {}", escape_controls(&message));
                 Vec::new()
             }
             Ok(Err(e)) => return failed(describe_connector_error(&e), id),
@@ -146,7 +147,17 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 Ok(Ok(())) => {
                     spec.metrics.add_delivered(count);
                 }
-                Ok(Err(e)) => return failed(format!("destination failed: {e:#}"), id),
+                Ok(Err(e)) => {
+                    // The `stdout` reader went away: like any tool in a pipe, stop (what was
+                    // not written is not committed).
+                    let broken_pipe = e.chain().any(|e| {
+                        e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+                    });
+                    if broken_pipe {
+                        services.exit.request("the stdout destination's reader went away (broken pipe)".into());
+                    }
+                    return failed(format!("destination failed: {e:#}"), id);
+                }
                 Err(e) => return failed(format!("destination failed: {e}"), id),
             }
         }
@@ -221,7 +232,7 @@ async fn commit(instance: &mut PluginInstance, spec: &TaskSpec, id: u64) -> Opti
     match instance.commit().await {
         Err(e) => Some(Outcome::Failed { trace: e.to_string(), instance: id }),
         Ok(Err(ConnectorError::Retriable(m))) => {
-            tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "commit: retriable error: {m}");
+            tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "commit: retriable error: {}", escape_controls(&m));
             None
         }
         Ok(Err(e)) => Some(Outcome::Failed { trace: describe_connector_error(&e), instance: id }),

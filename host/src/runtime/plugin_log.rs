@@ -3,6 +3,7 @@
 //! instance (`sandbox.log.lines.per.second`, with a burst of as many again): excess
 //! lines are dropped and counted, and the count is logged when lines flow again.
 
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -15,6 +16,29 @@ use super::rate::TokenBucket;
 struct Bucket {
     rate: TokenBucket,
     dropped: u64,
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{1b}`, ...), so that what a plugin
+/// says (a log line, an error message, a file name in it) can never forge a line of the
+/// host's log or of a status.
+pub fn escape_controls(text: &str) -> Cow<'_, str> {
+    escape_controls_but(text, &[])
+}
+
+/// The same, keeping the characters in `keep` (a host-made multi-line trace keeps `\n`).
+pub fn escape_controls_but<'a>(text: &'a str, keep: &[char]) -> Cow<'a, str> {
+    if !text.chars().any(|c| c.is_control() && !keep.contains(&c)) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() && !keep.contains(&c) {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    Cow::Owned(escaped)
 }
 
 /// One instance's log output.
@@ -46,6 +70,7 @@ impl PluginLog {
             Some((cut, _)) => &message[..cut],
             None => message,
         };
+        let message = escape_controls(message);
         let resumed_after = {
             let mut bucket = self.bucket.lock().unwrap();
             if !bucket.rate.try_take_one() {
@@ -153,6 +178,13 @@ mod tests {
         // A burst of 2 × 10 passes (plus what refilled meanwhile); the rest is dropped.
         let dropped = log.dropped();
         assert!((970..=980).contains(&dropped), "{dropped}");
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(escape_controls("plain"), "plain");
+        assert_eq!(escape_controls("a\nINFO forged\r\u{1b}[31m"), "a\\nINFO forged\\r\\u{1b}[31m");
+        assert_eq!(escape_controls_but("frame 1\nframe\t2", &['\n']), "frame 1\nframe\\t2");
     }
 
     #[test]

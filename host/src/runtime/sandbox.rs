@@ -19,7 +19,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::sluice::connector::{connector_context, log, offset_storage_reader, types};
 use super::bindings::{ConfigKey, ConfigProblem, ConnectorError, SourceConnector, SourceConnectorPre, SourceRecord};
-use super::plugin_log::PluginLog;
+use super::plugin_log::{PluginLog, escape_controls, escape_controls_but};
 use crate::config::{CallTimeouts, SandboxSettings};
 use crate::storage::json::canonical_object;
 use crate::storage::{Namespace, OffsetStore};
@@ -334,7 +334,7 @@ impl connector_context::Host for HostState {
     fn raise_error(&mut self, mut message: String) {
         if self.raised_error.is_none() {
             cut_at_char_boundary(&mut message, MAX_TRACE_BYTES);
-            self.raised_error = Some(message);
+            self.raised_error = Some(escape_controls(&message).into_owned());
         }
     }
 }
@@ -451,7 +451,8 @@ fn describe_trap(error: &wasmtime::Error) -> String {
     if let Some(backtrace) = error.downcast_ref::<wasmtime::WasmBacktrace>() {
         text.push_str(&format!("\n{backtrace}"));
     }
-    text
+    // Function names in the backtrace come from the plugin: one frame per line, nothing more.
+    escape_controls_but(&text, &['\n']).into_owned()
 }
 
 /// One live instance of a plugin, for the connector or for one task.
@@ -547,11 +548,11 @@ impl PluginInstance {
     }
 }
 
-/// The text of a plugin's own error, for a status trace.
+/// The text of a plugin's own error, for a status trace (escaped: the plugin wrote it).
 pub fn describe_connector_error(error: &ConnectorError) -> String {
     match error {
-        ConnectorError::Retriable(m) => format!("retriable error: {m}"),
-        ConnectorError::Fatal(m) => format!("fatal error: {m}"),
-        ConnectorError::InvalidConfig(m) => format!("invalid config: {m}"),
+        ConnectorError::Retriable(m) => format!("retriable error: {}", escape_controls(m)),
+        ConnectorError::Fatal(m) => format!("fatal error: {}", escape_controls(m)),
+        ConnectorError::InvalidConfig(m) => format!("invalid config: {}", escape_controls(m)),
     }
 }

@@ -47,6 +47,10 @@ pub trait OffsetStore: Send + Sync {
 /// Connector and task configs, so that a restart knows what ran.
 pub trait ConfigStore: Send + Sync {
     fn put_connector_config(&self, ns: &Namespace, config: &[(String, String)]) -> anyhow::Result<()>;
+    /// The connectors of a tenant that ever ran here, by name.
+    fn connectors(&self, tenant: &str) -> anyhow::Result<Vec<String>>;
+    /// The tenants that have connectors here.
+    fn tenants(&self) -> anyhow::Result<Vec<String>>;
     fn put_task_configs(&self, ns: &Namespace, tasks: &[Vec<(String, String)>]) -> anyhow::Result<()>;
     fn task_configs(&self, ns: &Namespace) -> anyhow::Result<Vec<Vec<(String, String)>>>;
 }
@@ -100,10 +104,11 @@ impl Stores {
     pub fn open(storage: &StorageConfig, data_dir: &DataDir) -> anyhow::Result<Stores> {
         match storage.kind {
             StorageKind::Sqlite => {
-                let root = data_dir.root();
-                std::fs::create_dir_all(root)
-                    .with_context(|| format!("cannot create data directory {}", root.display()))?;
-                Ok(Stores::from_backend(Arc::new(sqlite::SqliteStore::open(&data_dir.database())?)))
+                data_dir.create()?;
+                let database = sqlite::SqliteStore::open(&data_dir.database()).with_context(|| {
+                    format!("cannot use the data directory {} (--data-dir)", data_dir.root().display())
+                })?;
+                Ok(Stores::from_backend(Arc::new(database)))
             }
         }
     }
@@ -171,12 +176,26 @@ impl DataDir {
         self.root.join("compiled")
     }
 
+    /// Creates the directory if needed; errors say it is the data directory.
+    pub fn create(&self) -> anyhow::Result<()> {
+        if self.root.exists() && !self.root.is_dir() {
+            anyhow::bail!("the data directory {} is a file, not a directory (--data-dir)", self.root.display());
+        }
+        std::fs::create_dir_all(&self.root)
+            .with_context(|| format!("cannot create the data directory {} (--data-dir)", self.root.display()))
+    }
+
     /// An exclusive lock on the directory: one worker per directory, and no offset edits
     /// under a running connector. Held until the returned value is dropped.
     pub fn lock(&self) -> anyhow::Result<DataDirLock> {
-        std::fs::create_dir_all(&self.root)?;
+        self.create()?;
         let path = self.root.join("sluice.lock");
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot write in the data directory {} (--data-dir)", self.root.display()))?;
         match file.try_lock() {
             Ok(()) => Ok(DataDirLock(file)),
             Err(std::fs::TryLockError::WouldBlock) => {

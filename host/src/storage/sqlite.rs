@@ -204,6 +204,21 @@ impl ConfigStore for SqliteStore {
         Ok(())
     }
 
+    fn connectors(&self, tenant: &str) -> anyhow::Result<Vec<String>> {
+        let conn = self.reader();
+        let mut stmt =
+            conn.prepare_cached("SELECT connector FROM connector_configs WHERE tenant = ?1 ORDER BY connector")?;
+        let rows = stmt.query_map(params![tenant], |row| row.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn tenants(&self) -> anyhow::Result<Vec<String>> {
+        let conn = self.reader();
+        let mut stmt = conn.prepare_cached("SELECT DISTINCT tenant FROM connector_configs ORDER BY tenant")?;
+        let rows = stmt.query_map([], |row| row.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     fn put_task_configs(&self, ns: &Namespace, tasks: &[Vec<(String, String)>]) -> anyhow::Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;

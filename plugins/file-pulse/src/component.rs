@@ -66,6 +66,16 @@ fn in_preopen<T>(path: &str, f: impl FnOnce(&Descriptor, &str) -> Result<T, Erro
     })
 }
 
+/// Why the directory at `path` cannot be written through the grants, if it cannot: it
+/// is under no granted directory, or only under read-only ones.
+fn not_writable(path: &str) -> Option<&'static str> {
+    match in_preopen(path, |dir, _| dir.get_flags()) {
+        Err(_) => Some("not granted"),
+        Ok(flags) if !flags.contains(DescriptorFlags::MUTATE_DIRECTORY) => Some("granted read-only"),
+        Ok(_) => None,
+    }
+}
+
 fn hash_hex(hash: wasi::filesystem::types::MetadataHashValue) -> String {
     format!("{:016x}", hash.lower)
 }
@@ -652,6 +662,40 @@ impl Connector for ConnectorState {
                     settings.directory
                 ),
             }];
+        }
+        // Every path the cleanup writes to must be granted for writing: said now, not at
+        // the first file's cleanup.
+        let mut writes: Vec<(&str, &str, &str)> = Vec::new();
+        match settings.cleanup {
+            Cleanup::None => {}
+            Cleanup::Delete => writes.push(("fs.listing.directory.path", &settings.directory, "deletes files from it")),
+            Cleanup::Move => {
+                writes.push(("fs.listing.directory.path", &settings.directory, "moves files out of it"));
+                writes.push((
+                    "fs.cleanup.policy.move.success.path",
+                    &settings.move_success,
+                    "moves finished files there",
+                ));
+                writes.push((
+                    "fs.cleanup.policy.move.failure.path",
+                    &settings.move_failure,
+                    "moves failed files there",
+                ));
+            }
+        }
+        for (key, path, why) in writes {
+            if let Some(problem) = not_writable(path) {
+                return vec![ConfigProblem {
+                    key: key.into(),
+                    message: format!(
+                        "'{path}' is {problem}, and fs.cleanup.policy={} {why}: add it (or a directory above it) to sandbox.fs.write",
+                        match settings.cleanup {
+                            Cleanup::Delete => "delete",
+                            _ => "move",
+                        }
+                    ),
+                }];
+            }
         }
         Vec::new()
     }

@@ -12,7 +12,9 @@
 //! `start`, `validate`, `task-configs`, `tick`, `stop`, `task-start`, `poll`, `commit` or
 //! `task-stop`), `huge-offsets` (one `offsets` call with `hostile.count` partitions, default
 //! 4,500,000, all pointing at the same bytes), `offsets-flood` (`offset` called in a loop),
-//! `many-headers` (a record with `hostile.count` empty headers, default 1,000,000).
+//! `many-headers` (a record with `hostile.count` empty headers, default 1,000,000),
+//! `forge-log` (log lines, stdout and a `raise-error` with newlines and escape sequences
+//! that would forge lines of the host's log).
 //!
 //! A component only: on any other target the crate is empty, so `cargo build --workspace`
 //! works on the host.
@@ -234,6 +236,12 @@ impl TaskGuest for Hostile {
                 Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, &topic, Vec::new())])
             }
             "long-topic" => Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, &"t".repeat(250), Vec::new())]),
+            "forge-log" => {
+                log(Level::Info, "innocent\nERROR sluice: forged line\r\u{1b}[2K");
+                println!("printed\rERROR sluice: forged line");
+                connector_context::raise_error("failing\nERROR sluice: forged line");
+                ok("forged")
+            }
             "huge-offsets" => {
                 huge_offsets(count(4_500_000));
                 ok("looked up")

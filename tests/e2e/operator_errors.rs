@@ -1,0 +1,336 @@
+//! What an operator sees when something is wrong, one test per case: the data directory
+//! is a file or read-only; a cleanup path that is not granted; unknown keys; unknown
+//! connectors, tenants and topics in `offsets` and `topics`; a tenant's quota over several
+//! files; names and messages that try to forge log lines; a `stdout` reader that goes away;
+//! and a tenant's records/s shared fairly whatever the batch sizes.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice::config::DEFAULT_TENANT;
+
+use crate::{connector_file, run, sluice, wait_until};
+
+fn counter(name: &str, extra: &str) -> String {
+    format!(r#"{{"name": "{name}", "config": {{"connector.class": "counter", "topic": "{name}"{extra}}}}}"#)
+}
+
+/// A plugin folder beside `data` with only these plugins, so no other is compiled.
+fn plugins(data: &Path, names: &[&str]) -> PathBuf {
+    let folder = data.with_file_name("plugins");
+    std::fs::create_dir_all(&folder).unwrap();
+    for name in names {
+        std::fs::copy(
+            Path::new(sluice::BUILT_PLUGINS).join(format!("{name}.wasm")),
+            folder.join(format!("{name}.wasm")),
+        )
+        .unwrap();
+    }
+    folder
+}
+
+/// `sluice run` (of the counter and file-pulse plugins) until it exits by itself;
+/// (code, stderr).
+fn run_files(data: &Path, files: &[PathBuf], config: Option<&Path>) -> (Option<i32>, String) {
+    let mut command = sluice();
+    command.arg("run").arg("--plugin-path").arg(plugins(data, &["counter", "file-pulse"])).arg("--data-dir").arg(data);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let output = command.args(files).output().unwrap();
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+fn error_line(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {stderr}");
+    lines[0].to_string()
+}
+
+#[test]
+fn a_data_directory_that_is_a_file_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("not-a-dir");
+    std::fs::write(&data, "x").unwrap();
+    let file = connector_file(dir.path(), "c.json", &counter("c", r#", "record.count": "1""#));
+    let (code, stderr) = run_files(&data, &[file], None);
+    assert_eq!(code, Some(1));
+    let line = error_line(&stderr);
+    assert!(
+        line.contains(&format!("the data directory {} is a file, not a directory (--data-dir)", data.display())),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_read_only_data_directory_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("ro");
+    std::fs::create_dir(&data).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"]).arg(&data).status();
+    assert!(mounted.is_ok_and(|s| s.success()), "this test mounts a read-only tmpfs and needs root to do it");
+    let file = connector_file(dir.path(), "c.json", &counter("c", r#", "record.count": "1""#));
+    let (code, stderr) = run_files(&data, &[file], None);
+    let _ = Command::new("umount").arg("-l").arg(&data).status();
+    assert_eq!(code, Some(1));
+    let line = error_line(&stderr);
+    assert!(line.contains(&format!("the data directory {} (--data-dir)", data.display())), "{line}");
+    assert!(line.contains("Read-only file system"), "{line}");
+}
+
+#[test]
+fn a_move_path_outside_the_write_grants_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let inbox = dir.path().join("inbox");
+    let done = dir.path().join("done");
+    std::fs::create_dir_all(&inbox).unwrap();
+    std::fs::create_dir_all(&done).unwrap();
+    let config = serde_json::json!({"name": "pulse", "config": {
+        "connector.class": "file-pulse", "topic": "lines", "fs.listing.directory.path": inbox,
+        "fs.cleanup.policy": "move", "fs.cleanup.policy.move.success.path": done,
+        "sandbox.fs.write": inbox,
+    }});
+    let file = connector_file(dir.path(), "pulse.json", &config.to_string());
+    let (code, stderr) = run_files(&dir.path().join("data"), std::slice::from_ref(&file), None);
+    assert_eq!(code, Some(2), "{stderr}");
+    let line = error_line(&stderr);
+    assert!(
+        line.starts_with(&format!(
+            "error: {}: fs.cleanup.policy.move.success.path: '{}' is not granted",
+            file.display(),
+            done.display()
+        )),
+        "{line}"
+    );
+    assert!(line.contains("sandbox.fs.write"), "{line}");
+}
+
+#[test]
+fn unknown_keys_are_warned_about_with_the_nearest_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = connector_file(
+        dir.path(),
+        "c.json",
+        &counter("c", r#", "record.count": "5", "tasks.mx": "3", "bogus.key": "1""#),
+    );
+    let data = dir.path().join("data");
+    let mut child = sluice()
+        .env("SLUICE_LOG", "warn")
+        .arg("run")
+        .arg("--plugin-path")
+        .arg(plugins(&data, &["counter"]))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg(&file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut warnings = Vec::new();
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        if line.contains("not a key of the host or of plugin counter") {
+            warnings.push(line);
+        }
+        if warnings.len() == 2 {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let typo = warnings.iter().find(|l| l.contains("tasks.mx")).expect("a warning for tasks.mx");
+    assert!(typo.contains("did you mean `tasks.max`?"), "{typo}");
+    let bogus = warnings.iter().find(|l| l.contains("bogus.key")).expect("a warning for bogus.key");
+    assert!(!bogus.contains("did you mean"), "{bogus}");
+}
+
+#[test]
+fn unknown_connectors_tenants_and_topics_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = connector_file(dir.path(), "c.json", &counter("known", r#", "record.count": "3""#));
+    let mut child = sluice()
+        .arg("run")
+        .arg("--plugin-path")
+        .arg(plugins(&data, &["counter"]))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg(&file)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the connector's records", || {
+        let stores = crate::stores(&data).ok()?;
+        (stores.local().topics(DEFAULT_TENANT).ok()?.len() == 1).then_some(())
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let data = data.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (&["offsets", "nosuch", "--data-dir", data], "no connector 'nosuch' in tenant default (its connectors: known)"),
+        (&["offsets", "known", "--tenant", "nosuch", "--data-dir", data], "no connector of tenant 'nosuch' ever ran"),
+        (&["topics", "read", "nosuch", "--data-dir", data], "no topic 'nosuch' in tenant default (topics: known)"),
+        (&["topics", "list", "--tenant", "nosuch", "--data-dir", data], "no connector of tenant 'nosuch' ever ran"),
+    ];
+    for (args, expected) in cases {
+        let output = run(args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let line = error_line(&String::from_utf8_lossy(&output.stderr));
+        assert!(line.contains(expected), "{args:?}: {line}");
+    }
+    let known = run(&["offsets", "known", "--data-dir", data]);
+    assert_eq!(known.status.code(), Some(0));
+}
+
+#[test]
+fn a_quota_over_several_files_is_refused_before_any_connector_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("sluice.toml");
+    std::fs::write(&toml, "[[tenant]]\nname = \"acme\"\n[tenant.quotas]\nconnectors = 1\n").unwrap();
+    let files = [
+        connector_file(dir.path(), "a.json", &counter("a", r#", "tenant": "acme""#)),
+        connector_file(dir.path(), "b.json", &counter("b", r#", "tenant": "acme""#)),
+    ];
+    let data = dir.path().join("data");
+    let (code, stderr) = run_files(&data, &files, Some(&toml));
+    assert_eq!(code, Some(2), "{stderr}");
+    let line = error_line(&stderr);
+    assert!(line.contains("b.json: name: tenant acme already runs 1 connectors, its quota"), "{line}");
+    assert!(!stderr.contains("task is RUNNING"), "a connector started before the refusal: {stderr}");
+    let stores = crate::stores(&data).unwrap();
+    assert!(stores.local().topics("acme").unwrap().is_empty(), "records were written");
+}
+
+#[test]
+fn plugin_text_cannot_forge_log_lines_or_statuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let test_plugins = Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins");
+    std::fs::copy(test_plugins.join("hostile.wasm"), plugins.join("hostile.wasm")).unwrap();
+    let file = connector_file(
+        dir.path(),
+        "forge.json",
+        r#"{"name": "forge", "config": {"connector.class": "hostile", "topic": "t", "hostile.attack": "forge-log"}}"#,
+    );
+    let data = dir.path().join("data");
+    let mut child = sluice()
+        .env("SLUICE_LOG", "info")
+        .arg("run")
+        .arg("--plugin-path")
+        .arg(&plugins)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg(&file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let failed = line.contains("task is FAILED");
+        lines.push(line);
+        if failed {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(lines.iter().all(|l| !l.starts_with("ERROR sluice: forged")), "a forged log line: {lines:#?}");
+    assert!(lines.iter().any(|l| l.contains(r"innocent\nERROR sluice: forged line\r\u{1b}[2K")), "{lines:#?}");
+    assert!(lines.iter().all(|l| !l.contains('\u{1b}') && !l.contains('\r')), "a raw control character: {lines:#?}");
+    let status = crate::stores(&data).unwrap().statuses().statuses(DEFAULT_TENANT).unwrap();
+    let trace = status[0].tasks[0].trace.clone().unwrap();
+    assert_eq!(trace, r"raise-error: failing\nERROR sluice: forged line");
+}
+
+#[test]
+fn stdout_into_a_reader_that_goes_away_ends_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = connector_file(
+        dir.path(),
+        "c.json",
+        &counter("piped", r#", "destination": "stdout", "records.per.second": "0""#),
+    );
+    let data = dir.path().join("data");
+    let mut child = sluice()
+        .arg("run")
+        .arg("--plugin-path")
+        .arg(plugins(&data, &["counter"]))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `head -3`: read three lines, then go away.
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..3 {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert!(line.starts_with(r#"{"topic":"piped""#), "{line}");
+    }
+    drop(reader);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "sluice kept running after its stdout reader went away");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("error: the stdout destination's reader went away (broken pipe): stopped"), "{stderr}");
+}
+
+#[test]
+fn a_tenants_records_per_second_are_shared_fairly_whatever_the_batch_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("sluice.toml");
+    std::fs::write(&toml, "[[tenant]]\nname = \"t\"\n[tenant.quotas]\nrecords_per_second = 3000\n").unwrap();
+    let files = [
+        connector_file(
+            dir.path(),
+            "big.json",
+            &counter("big", r#", "tenant": "t", "batch.size": "2000", "records.per.second": "0""#),
+        ),
+        connector_file(
+            dir.path(),
+            "small.json",
+            &counter("small", r#", "tenant": "t", "tasks.max": "2", "batch.size": "100", "records.per.second": "0""#),
+        ),
+    ];
+    let data = dir.path().join("data");
+    let mut child = sluice()
+        .arg("run")
+        .arg("--plugin-path")
+        .arg(plugins(&data, &["counter"]))
+        .arg("--config")
+        .arg(&toml)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(&files)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let counts = || -> Option<(u64, u64)> {
+        let topics = crate::stores(&data).ok()?.local().topics("t").ok()?;
+        let count = |name: &str| topics.iter().find(|(t, _)| t == name).map_or(0, |(_, n)| *n);
+        Some((count("big"), count("small")))
+    };
+    wait_until("both connectors delivering", || counts().filter(|(b, s)| *b > 0 && *s > 0));
+    let (big_before, small_before) = counts().unwrap();
+    wait_until("15,000 more records", || counts().filter(|(b, s)| b + s >= big_before + small_before + 15_000));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (big, small) = counts().unwrap();
+    let (big, small) = ((big - big_before) as f64, (small - small_before) as f64);
+    // Three tasks share the budget: the one with 2,000-record batches gets about a third.
+    let share = big / (big + small);
+    assert!((0.2..0.45).contains(&share), "the big-batch task took {share:.2} of the tenant's budget");
+}
