@@ -41,6 +41,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=SLUICE_SKIP_PLUGIN_BUILD");
     // The fuzz target links the host library only; it needs no plugins.
     if std::env::var_os("SLUICE_SKIP_PLUGIN_BUILD").is_some() {
+        println!("cargo:rustc-env=SLUICE_PLUGIN_BUILD_PROBLEMS=the plugins were not built (SLUICE_SKIP_PLUGIN_BUILD)");
         return;
     }
     let wasm_target_dir = target_dir.join("wasm");

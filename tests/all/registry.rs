@@ -12,9 +12,9 @@ async fn load(dir: &Path, cache: &Path) -> Registry {
     Registry::load(&Runtime::new().unwrap(), dir, cache).await.unwrap()
 }
 
-fn reason<'a>(registry: &'a Registry, file: &str) -> &'a str {
-    let rejected = registry.rejected.iter().find(|r| r.file.file_name().unwrap() == file);
-    &rejected.unwrap_or_else(|| panic!("{file} was not rejected: {:?}", registry.rejected)).reason
+fn reason(registry: &Registry, file: &str) -> String {
+    let rejected = registry.rejected().into_iter().find(|r| r.file.file_name().unwrap() == file);
+    rejected.unwrap_or_else(|| panic!("{file} was not rejected: {:?}", registry.rejected())).reason
 }
 
 fn assert_reason(registry: &Registry, file: &str, expected: &str) {
@@ -39,9 +39,9 @@ async fn bad_files_are_reported_and_the_good_one_loads() {
 
     let registry = load(dir.path(), cache.path()).await;
 
-    assert_eq!(registry.plugins.keys().collect::<Vec<_>>(), ["counter"]);
-    assert_eq!(registry.plugins["counter"].version, "0.1.0");
-    assert_eq!(registry.rejected.len(), 5, "{:?}", registry.rejected);
+    assert_eq!(registry.names(), ["counter"]);
+    assert_eq!(registry.get("counter").unwrap().version, "0.1.0");
+    assert_eq!(registry.rejected().len(), 5, "{:?}", registry.rejected());
     assert_reason(&registry, "garbage.wasm", "not a WebAssembly file");
     assert_reason(&registry, "core.wasm", "core WebAssembly module, not a component");
     assert_reason(&registry, "empty.wasm", "does not export the source-connector world");
@@ -58,14 +58,53 @@ async fn compiled_components_are_cached_by_content() {
     std::fs::write(&file, &bytes).unwrap();
 
     let first = load(dir.path(), cache.path()).await;
-    assert!(!first.plugins["counter"].from_cache, "a new plugin must be compiled");
+    assert!(!first.get("counter").unwrap().from_cache, "a new plugin must be compiled");
     let second = load(dir.path(), cache.path()).await;
-    assert!(second.plugins["counter"].from_cache, "a second start must not recompile");
+    assert!(second.get("counter").unwrap().from_cache, "a second start must not recompile");
 
     // A changed file (here: an extra custom section) is recompiled.
     bytes.extend_from_slice(&[0, 6, 5, b'n', b'o', b't', b'e', b'!']);
     std::fs::write(&file, &bytes).unwrap();
     let changed = load(dir.path(), cache.path()).await;
-    assert!(!changed.plugins["counter"].from_cache, "a changed plugin must be recompiled");
+    assert!(!changed.get("counter").unwrap().from_cache, "a changed plugin must be recompiled");
     assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 2, "one cache entry per content");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_folder_is_live_added_replaced_half_copied_and_removed_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new().unwrap();
+    let registry = Registry::load(&runtime, dir.path(), cache.path()).await.unwrap();
+    assert!(registry.names().is_empty());
+    let good = std::fs::read(plugin_file("counter")).unwrap();
+
+    // A file still being copied is rejected with its reason, and tried again when it changes.
+    std::fs::write(dir.path().join("counter.wasm"), &good[..good.len() / 3]).unwrap();
+    registry.refresh(&runtime).await.unwrap();
+    assert!(registry.get("counter").is_none());
+    assert!(reason(&registry, "counter.wasm").contains("not a valid component"));
+    std::fs::write(dir.path().join("counter.wasm"), &good).unwrap();
+    registry.refresh(&runtime).await.unwrap();
+    let first = registry.get("counter").expect("loaded once complete");
+    assert!(registry.rejected().is_empty());
+
+    // Replaced: the new version is served; whoever holds the old one keeps it.
+    let mut changed = good.clone();
+    changed.extend_from_slice(&[0, 6, 5, b'n', b'o', b't', b'e', b'!']);
+    std::fs::write(dir.path().join("counter.wasm"), &changed).unwrap();
+    let (loaded, _) = registry.refresh(&runtime).await.unwrap();
+    assert_eq!(loaded, ["counter"]);
+    assert!(!std::sync::Arc::ptr_eq(&first, &registry.get("counter").unwrap()));
+
+    // A garbage file beside it does not disturb it; a removed file is forgotten.
+    std::fs::write(dir.path().join("garbage.wasm"), b"nope").unwrap();
+    registry.refresh(&runtime).await.unwrap();
+    assert_eq!(registry.names(), ["counter"]);
+    assert!(reason(&registry, "garbage.wasm").contains("not a WebAssembly file"));
+    std::fs::remove_file(dir.path().join("counter.wasm")).unwrap();
+    std::fs::remove_file(dir.path().join("garbage.wasm")).unwrap();
+    registry.refresh(&runtime).await.unwrap();
+    assert!(registry.names().is_empty() && registry.rejected().is_empty());
+    assert_eq!(first.name, "counter", "a running connector's plugin lives on");
 }

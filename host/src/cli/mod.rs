@@ -393,18 +393,18 @@ async fn list_plugins(plugin_path: &Path, data_dir: &DataDir, json: bool) -> any
     let registry = Registry::load(&runtime, plugin_path, &data_dir.compile_cache()).await?;
     if json {
         let plugins: Vec<_> = registry
-            .plugins
-            .values()
+            .plugins()
+            .iter()
             .map(|p| json!({"name": p.name, "version": p.version, "file": p.file, "config": p.config_def}))
             .collect();
         let host: Vec<ConfigKeyInfo> = HOST_KEYS.iter().map(ConfigKeyInfo::from).collect();
-        println!("{}", json!({"plugins": plugins, "rejected": registry.rejected, "host_config": host}));
+        println!("{}", json!({"plugins": plugins, "rejected": registry.rejected(), "host_config": host}));
     } else {
         println!("{:<20} {:<16} FILE", "NAME", "VERSION");
-        for plugin in registry.plugins.values() {
+        for plugin in registry.plugins() {
             println!("{:<20} {:<16} {}", plugin.name, plugin.version, plugin.file.display());
         }
-        for rejected in &registry.rejected {
+        for rejected in registry.rejected() {
             println!("rejected {}: {}", rejected.file.display(), rejected.reason);
         }
     }

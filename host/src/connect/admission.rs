@@ -42,7 +42,7 @@ pub(super) async fn admit(
     let name = config.plugin()?;
     let registry = &services.registry;
     let Some(plugin) = registry.get(name) else {
-        let known: Vec<&str> = registry.plugins.keys().map(String::as_str).collect();
+        let known = registry.names();
         return Err(config.error(
             CONNECTOR_CLASS,
             format!(
@@ -74,8 +74,8 @@ pub(super) async fn admit(
     if let Some(problem) = problems.into_iter().next() {
         return Err(config.error(&escape_controls(&problem.key), escape_controls(&problem.message)));
     }
-    let warnings = unknown_keys(config, plugin);
-    Ok(Admitted { settings, plugin: plugin.clone(), warnings })
+    let warnings = unknown_keys(config, &plugin);
+    Ok(Admitted { settings, plugin, warnings })
 }
 
 /// Keys neither the host nor the plugin's `config-def` names: accepted (a plugin may read

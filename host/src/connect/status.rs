@@ -33,7 +33,12 @@ impl StatusBoard {
             let mut statuses = self.statuses.lock().unwrap();
             let status = statuses.entry(ns.clone()).or_insert_with(|| ConnectorStatus {
                 name: ns.connector.clone(),
-                connector: ConnectorState { state: State::Unassigned, worker_id: self.worker_id.clone(), trace: None },
+                connector: ConnectorState {
+                    state: State::Unassigned,
+                    worker_id: self.worker_id.clone(),
+                    trace: None,
+                    version: None,
+                },
                 tasks: Vec::new(),
                 kind: "source".into(),
             });
@@ -66,8 +71,17 @@ impl StatusBoard {
         let worker_id = self.worker_id.clone();
         self.update(ns, |s| {
             let refused = s.tasks.iter().find(|t| t.id == task).map_or(0, |t| t.records_refused);
-            let status =
-                TaskStatus { id: task, state, worker_id, trace, instance, fuel_used: None, records_refused: refused };
+            let status = TaskStatus {
+                id: task,
+                state,
+                worker_id,
+                trace,
+                instance,
+                fuel_used: None,
+                records_refused: refused,
+                version: s.connector.version.clone(),
+                memory_bytes: 0,
+            };
             match s.tasks.iter_mut().find(|t| t.id == task) {
                 Some(existing) => *existing = status,
                 None => {
@@ -78,13 +92,25 @@ impl StatusBoard {
         });
     }
 
-    /// Records the fuel a task has used (no log line: it changes all the time).
-    pub fn set_task_fuel(&self, ns: &Namespace, task: u32, fuel_used: u64) {
+    /// Records the fuel and memory a task's instance has used (no log line: they change
+    /// all the time).
+    pub fn set_task_usage(&self, ns: &Namespace, task: u32, fuel_used: Option<u64>, memory_bytes: u64) {
         self.update(ns, |s| {
             if let Some(t) = s.tasks.iter_mut().find(|t| t.id == task) {
-                t.fuel_used = Some(fuel_used);
+                t.fuel_used = fuel_used;
+                t.memory_bytes = memory_bytes;
             }
         });
+    }
+
+    /// The plugin version a connector (and the tasks it starts from now on) runs.
+    pub fn set_version(&self, ns: &Namespace, version: &str) {
+        self.update(ns, |s| s.connector.version = Some(version.to_string()));
+    }
+
+    /// Forgets a deleted connector.
+    pub fn remove(&self, ns: &Namespace) {
+        self.statuses.lock().unwrap().remove(ns);
     }
 
     /// Counts records refused under `errors.tolerance=all` (no log line: they are logged

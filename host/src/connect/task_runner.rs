@@ -43,8 +43,8 @@ enum Outcome {
     },
 }
 
-/// How often a task's used fuel is written to its status.
-const FUEL_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a task's used fuel and memory are written to its status.
+const USAGE_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Longest pause between polls that returned nothing.
 const MAX_IDLE_BACKOFF: Duration = Duration::from_millis(100);
@@ -103,7 +103,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
 
     let mut idle = Duration::ZERO;
     let mut last_commit = Instant::now();
-    let mut last_fuel_report = Instant::now();
+    let mut last_usage_report = Instant::now();
     while stop.borrow().is_none() {
         let Some(polled) = unless_stopped(instance.poll(), stop).await else {
             // Still polling at the stop deadline: abandoned. Nothing of it was delivered,
@@ -161,11 +161,9 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 Err(e) => return failed(format!("destination failed: {e}"), id),
             }
         }
-        if let Some(fuel) = instance.fuel_used()
-            && last_fuel_report.elapsed() >= FUEL_REPORT_INTERVAL
-        {
-            last_fuel_report = Instant::now();
-            board.set_task_fuel(&spec.namespace, spec.task, fuel);
+        if last_usage_report.elapsed() >= USAGE_REPORT_INTERVAL {
+            last_usage_report = Instant::now();
+            board.set_task_usage(&spec.namespace, spec.task, instance.fuel_used(), instance.largest_memory());
         }
         if recycle_at.is_some_and(|limit| instance.largest_memory() >= limit) {
             // Everything delivered is committed; a fresh sandbox resumes from there.

@@ -2,6 +2,11 @@
 //! that targets the `source-connector` world, compiles it once and caches the compiled
 //! artifact on disk, keyed by content hash and engine compatibility. A bad file is
 //! reported with its name and the reason and never stops the others loading.
+//!
+//! The folder is live: [`Registry::refresh`] loads files added or changed since the last
+//! look (a file still being copied fails and is tried again when it changes) and forgets
+//! removed ones. Connectors hold the [`Plugin`] they started with, so a replaced file is
+//! used by connectors started afterwards while running ones keep their code.
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -74,8 +79,17 @@ pub struct Rejected {
 
 pub struct Registry {
     pub dir: PathBuf,
-    pub plugins: BTreeMap<String, Arc<Plugin>>,
-    pub rejected: Vec<Rejected>,
+    cache_dir: PathBuf,
+    folder: std::sync::RwLock<Folder>,
+}
+
+/// What the folder held at the last look.
+#[derive(Default)]
+struct Folder {
+    plugins: BTreeMap<String, Arc<Plugin>>,
+    rejected: BTreeMap<PathBuf, Rejected>,
+    /// Size and modification time of each file looked at: unchanged files are not loaded again.
+    seen: BTreeMap<PathBuf, (u64, Option<std::time::SystemTime>)>,
 }
 
 /// The offsets a plugin sees while it is only being inspected: there is no connector yet.
@@ -102,15 +116,55 @@ const CORE_MODULE_LAYER: [u8; 4] = [1, 0, 0, 0];
 impl Registry {
     /// Loads every `*.wasm` in `dir`. Fails only when the folder cannot be read.
     pub async fn load(runtime: &Runtime, dir: &Path, cache_dir: &Path) -> anyhow::Result<Registry> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .with_context(|| format!("cannot read plugin folder {}", dir.display()))?
+        let registry = Registry {
+            dir: dir.to_path_buf(),
+            cache_dir: cache_dir.to_path_buf(),
+            folder: std::sync::RwLock::new(Folder::default()),
+        };
+        registry.refresh(runtime).await?;
+        Ok(registry)
+    }
+
+    /// Looks at the folder again: loads `*.wasm` files that are new or changed since the
+    /// last look, and forgets files that are gone. A changed file that fails to load
+    /// leaves the version loaded before it in place. Returns the names of the plugins
+    /// loaded, and of the files rejected, by this look.
+    pub async fn refresh(&self, runtime: &Runtime) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
+        let mut files: Vec<(PathBuf, (u64, Option<std::time::SystemTime>))> = std::fs::read_dir(&self.dir)
+            .with_context(|| format!("cannot read plugin folder {}", self.dir.display()))?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|path| path.extension().is_some_and(|ext| ext == "wasm") && path.is_file())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
+            .filter_map(|path| {
+                let meta = std::fs::metadata(&path).ok().filter(|m| m.is_file())?;
+                Some((path, (meta.len(), meta.modified().ok())))
+            })
             .collect();
         files.sort();
-        let mut registry = Registry { dir: dir.to_path_buf(), plugins: BTreeMap::new(), rejected: Vec::new() };
-        for file in files {
-            match load_plugin(runtime, &file, cache_dir).await {
+        let changed: Vec<PathBuf> = {
+            let mut folder = self.folder.write().unwrap();
+            let present: std::collections::BTreeSet<&PathBuf> = files.iter().map(|(path, _)| path).collect();
+            let gone: Vec<PathBuf> = folder.seen.keys().filter(|path| !present.contains(path)).cloned().collect();
+            for path in gone {
+                folder.seen.remove(&path);
+                folder.rejected.remove(&path);
+                if let Some(name) = plugin_name(&path) {
+                    if folder.plugins.get(&name).is_some_and(|p| p.file == path) {
+                        tracing::info!(plugin = %name, "plugin file {} was removed", path.display());
+                        folder.plugins.remove(&name);
+                    }
+                }
+            }
+            files.iter().filter(|(path, stamp)| folder.seen.get(path) != Some(stamp)).map(|(p, _)| p.clone()).collect()
+        };
+        let (mut loaded, mut rejected) = (Vec::new(), Vec::new());
+        for file in changed {
+            let stamp = files.iter().find(|(path, _)| *path == file).map(|(_, stamp)| *stamp);
+            let result = load_plugin(runtime, &file, &self.cache_dir).await;
+            let mut folder = self.folder.write().unwrap();
+            if let Some(stamp) = stamp {
+                folder.seen.insert(file.clone(), stamp);
+            }
+            match result {
                 Ok(plugin) => {
                     tracing::info!(
                         plugin = %plugin.name,
@@ -120,20 +174,42 @@ impl Registry {
                         file.display(),
                         plugin.compile_time.as_millis()
                     );
-                    registry.plugins.insert(plugin.name.clone(), Arc::new(plugin));
+                    folder.rejected.remove(&file);
+                    loaded.push(plugin.name.clone());
+                    folder.plugins.insert(plugin.name.clone(), Arc::new(plugin));
                 }
                 Err(reason) => {
                     tracing::warn!("rejected plugin file {}: {reason}", file.display());
-                    registry.rejected.push(Rejected { file, reason });
+                    folder.rejected.insert(file.clone(), Rejected { file: file.clone(), reason });
+                    rejected.push(file);
                 }
             }
         }
-        Ok(registry)
+        Ok((loaded, rejected))
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<Plugin>> {
-        self.plugins.get(name)
+    /// The plugin named `name` (its file's name without `.wasm`), as loaded now.
+    pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {
+        self.folder.read().unwrap().plugins.get(name).cloned()
     }
+
+    /// Every loaded plugin, by name.
+    pub fn plugins(&self) -> Vec<Arc<Plugin>> {
+        self.folder.read().unwrap().plugins.values().cloned().collect()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.folder.read().unwrap().plugins.keys().cloned().collect()
+    }
+
+    /// Files that could not be loaded, with the reason.
+    pub fn rejected(&self) -> Vec<Rejected> {
+        self.folder.read().unwrap().rejected.values().cloned().collect()
+    }
+}
+
+fn plugin_name(file: &Path) -> Option<String> {
+    file.file_stem().and_then(|s| s.to_str()).map(String::from)
 }
 
 async fn load_plugin(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result<Plugin, String> {

@@ -17,7 +17,7 @@ use anyhow::Context;
 
 use crate::config::{StorageConfig, StorageKind};
 
-pub use model::{ConnectorState, ConnectorStatus, Record, State, StoredRecord, TaskStatus};
+pub use model::{ConnectorState, ConnectorStatus, Record, State, StoredRecord, TargetState, TaskStatus};
 
 /// Everything a connector owns is scoped by tenant and connector name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,6 +49,15 @@ pub trait ConfigStore: Send + Sync {
     fn put_connector_config(&self, ns: &Namespace, config: &[(String, String)]) -> anyhow::Result<()>;
     /// The connectors of a tenant that ever ran here, by name.
     fn connectors(&self, tenant: &str) -> anyhow::Result<Vec<String>>;
+    /// A connector's stored config, if there is one.
+    fn connector_config(&self, ns: &Namespace) -> anyhow::Result<Option<Vec<(String, String)>>>;
+    /// Every stored connector of every tenant, with its target state (`Started` when
+    /// none was stored): what a restarted worker brings back.
+    fn stored_connectors(&self) -> anyhow::Result<Vec<(Namespace, Vec<(String, String)>, TargetState)>>;
+    fn put_target_state(&self, ns: &Namespace, state: TargetState) -> anyhow::Result<()>;
+    /// Forgets a connector: its config, task configs, target state and status (its
+    /// committed offsets stay, as in Kafka Connect: a connector created again resumes).
+    fn delete_connector(&self, ns: &Namespace) -> anyhow::Result<()>;
     /// The tenants that have connectors here.
     fn tenants(&self) -> anyhow::Result<Vec<String>>;
     fn put_task_configs(&self, ns: &Namespace, tasks: &[Vec<(String, String)>]) -> anyhow::Result<()>;

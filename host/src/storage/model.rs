@@ -43,13 +43,26 @@ impl std::fmt::Display for State {
     }
 }
 
-/// `{"state": ..., "worker_id": ..., "trace": ...}` as in Kafka Connect's REST API.
+/// What a connector should be doing, as the user asked (Kafka Connect's target states):
+/// kept in the config store, so a restarted worker puts every connector back in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TargetState {
+    Started,
+    Paused,
+    Stopped,
+}
+
+/// `{"state": ..., "worker_id": ..., "trace": ...}` as in Kafka Connect's REST API, and the
+/// plugin version in use (KIP-891).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectorState {
     pub state: State,
     pub worker_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +81,12 @@ pub struct TaskStatus {
     /// Records the host refused and skipped under `errors.tolerance=all`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub records_refused: u64,
+    /// The plugin version the task runs (KIP-891).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Largest linear memory of the task's instance, in bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub memory_bytes: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

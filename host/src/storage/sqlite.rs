@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::model::{ConnectorStatus, Record, StoredRecord};
+use super::model::{ConnectorStatus, Record, StoredRecord, TargetState};
 use super::{ConfigStore, Namespace, OffsetStore, RecordLog, StatusStore};
 
 pub struct SqliteStore {
@@ -33,6 +33,9 @@ CREATE TABLE IF NOT EXISTS connector_configs (
 CREATE TABLE IF NOT EXISTS task_configs (
     tenant TEXT NOT NULL, connector TEXT NOT NULL, task INTEGER NOT NULL, config TEXT NOT NULL,
     PRIMARY KEY (tenant, connector, task));
+CREATE TABLE IF NOT EXISTS target_states (
+    tenant TEXT NOT NULL, connector TEXT NOT NULL, state TEXT NOT NULL,
+    PRIMARY KEY (tenant, connector));
 CREATE TABLE IF NOT EXISTS statuses (
     tenant TEXT NOT NULL, connector TEXT NOT NULL, status TEXT NOT NULL,
     PRIMARY KEY (tenant, connector));
@@ -210,6 +213,64 @@ impl ConfigStore for SqliteStore {
             conn.prepare_cached("SELECT connector FROM connector_configs WHERE tenant = ?1 ORDER BY connector")?;
         let rows = stmt.query_map(params![tenant], |row| row.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn connector_config(&self, ns: &Namespace) -> anyhow::Result<Option<Vec<(String, String)>>> {
+        let conn = self.reader();
+        let text: Option<String> = conn
+            .query_row(
+                "SELECT config FROM connector_configs WHERE tenant = ?1 AND connector = ?2",
+                params![ns.tenant, ns.connector],
+                |row| row.get(0),
+            )
+            .optional()?;
+        text.map(|text| {
+            let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&text)?;
+            Ok(map.into_iter().collect())
+        })
+        .transpose()
+    }
+
+    fn stored_connectors(&self) -> anyhow::Result<Vec<(Namespace, Vec<(String, String)>, TargetState)>> {
+        let conn = self.reader();
+        let mut stmt = conn.prepare_cached(
+            "SELECT c.tenant, c.connector, c.config, t.state FROM connector_configs c
+             LEFT JOIN target_states t ON t.tenant = c.tenant AND t.connector = c.connector
+             ORDER BY c.tenant, c.connector",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?, row.get::<_, Option<String>>(3)?))
+        })?;
+        rows.map(|row| {
+            let (tenant, connector, config, state) = row?;
+            let config: std::collections::BTreeMap<String, String> = serde_json::from_str(&config)?;
+            let state = match state {
+                Some(state) => serde_json::from_value(serde_json::Value::String(state))?,
+                None => TargetState::Started,
+            };
+            Ok((Namespace::new(tenant, connector), config.into_iter().collect(), state))
+        })
+        .collect()
+    }
+
+    fn put_target_state(&self, ns: &Namespace, state: TargetState) -> anyhow::Result<()> {
+        let text = serde_json::to_value(state)?.as_str().unwrap_or_default().to_string();
+        self.conn().execute(
+            "INSERT INTO target_states (tenant, connector, state) VALUES (?1, ?2, ?3)
+             ON CONFLICT (tenant, connector) DO UPDATE SET state = excluded.state",
+            params![ns.tenant, ns.connector, text],
+        )?;
+        Ok(())
+    }
+
+    fn delete_connector(&self, ns: &Namespace) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for table in ["connector_configs", "task_configs", "target_states", "statuses"] {
+            tx.execute(&format!("DELETE FROM {table} WHERE tenant = ?1 AND connector = ?2"), params![ns.tenant, ns.connector])?;
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     fn tenants(&self) -> anyhow::Result<Vec<String>> {
