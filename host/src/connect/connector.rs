@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::metrics::ConnectorMetrics;
@@ -20,6 +20,30 @@ use crate::runtime::plugin_log::escape_controls;
 use crate::runtime::sandbox::describe_connector_error;
 use crate::runtime::{Pairs, Plugin, PluginInstance};
 use crate::storage::{Namespace, State};
+
+/// What the herder may ask of a running connector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Restart the connector instance (when `connector`) and these tasks.
+    Restart { connector: bool, tasks: Tasks },
+}
+
+/// Which tasks a restart touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tasks {
+    None,
+    All,
+    Failed,
+    One(u32),
+}
+
+/// How one connector instance ended.
+enum InstanceEnd {
+    Stopped,
+    Failed(String),
+    /// Asked to restart: a new instance at once.
+    Restart,
+}
 
 pub(super) struct TaskHandle {
     config: Pairs,
@@ -50,32 +74,50 @@ pub(super) struct ConnectorRun {
     pub(super) reconfigure: Arc<Notify>,
     /// Index = task id; empty until the first `task-configs`.
     pub(super) tasks: Vec<TaskHandle>,
+    /// `true` while the connector is paused (its tasks do not poll, it does not tick).
+    pub(super) paused: watch::Receiver<bool>,
 }
 
 impl ConnectorRun {
-    pub(super) async fn run(mut self, mut stop: StopSignal) {
+    pub(super) async fn run(mut self, mut stop: StopSignal, mut control: mpsc::UnboundedReceiver<Control>) {
         let board = self.services.board.clone();
         let name = self.namespace.clone();
         let mut attempt = 0u32;
         let mut failed = false;
-        loop {
-            let Some(trace) = self.run_instance(&mut stop, &mut attempt).await else { break };
+        'instances: loop {
+            let trace = match self.run_instance(&mut stop, &mut control, &mut attempt).await {
+                InstanceEnd::Stopped => break,
+                InstanceEnd::Restart => {
+                    board.set_connector(&name, State::Restarting, None);
+                    continue;
+                }
+                InstanceEnd::Failed(trace) => trace,
+            };
             board.set_connector(&name, State::Failed, Some(trace));
             let restart = self.settings.restart;
-            if !restart.enabled {
-                failed = true;
-                stopped(&mut stop).await;
-                break;
-            }
-            let delay = restart.backoff(attempt);
+            // Failed: wait for the backoff (when the restart policy says so), a restart
+            // request or the stop. Tasks run on meanwhile, as in Kafka Connect.
+            let backoff = restart.enabled.then(|| restart.backoff(attempt));
             attempt = attempt.saturating_add(1);
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = stopped(&mut stop) => break,
+            let sleep = tokio::time::sleep(backoff.unwrap_or(std::time::Duration::MAX / 4));
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    _ = &mut sleep, if backoff.is_some() => break,
+                    _ = stopped(&mut stop) => {
+                        failed = true;
+                        break 'instances;
+                    }
+                    Some(Control::Restart { connector, tasks }) = control.recv() => {
+                        self.restart_tasks(tasks).await;
+                        if connector {
+                            break;
+                        }
+                    }
+                }
             }
             board.set_connector(&name, State::Restarting, None);
         }
-        // Tasks run on when their connector fails, as in Kafka Connect; they stop with it.
         let deadline = *stop.borrow();
         let deadline = deadline.unwrap_or_else(|| Instant::now() + self.settings.sandbox.timeouts.lifecycle);
         stop_all(std::mem::take(&mut self.tasks), deadline).await;
@@ -84,23 +126,30 @@ impl ConnectorRun {
         }
     }
 
-    /// Runs one connector instance until it fails (returns the trace) or a stop is
-    /// requested (returns `None`).
-    async fn run_instance(&mut self, stop: &mut StopSignal, attempt: &mut u32) -> Option<String> {
+    /// Runs one connector instance until it fails, is asked to restart, or a stop is
+    /// requested.
+    async fn run_instance(
+        &mut self,
+        stop: &mut StopSignal,
+        control: &mut mpsc::UnboundedReceiver<Control>,
+        attempt: &mut u32,
+    ) -> InstanceEnd {
         let context = self.services.context(&self.namespace, None, Some(self.reconfigure.clone()));
         let mut instance =
             match self.services.runtime.instantiate(self.plugin.pre(), context, &self.settings.sandbox).await {
                 Ok(instance) => instance,
-                Err(e) => return Some(e.to_string()),
+                Err(e) => return InstanceEnd::Failed(e.to_string()),
             };
         match instance.connector_start(&self.config.to_pairs()).await {
-            Err(e) => return Some(e.to_string()),
-            Ok(Err(e)) => return Some(describe_connector_error(&e)),
+            Err(e) => return InstanceEnd::Failed(e.to_string()),
+            Ok(Err(e)) => return InstanceEnd::Failed(describe_connector_error(&e)),
             Ok(Ok(())) => {}
         }
-        self.services.board.set_connector(&self.namespace, State::Running, None);
+        let mut paused = self.paused.clone();
+        let running = |paused: bool| if paused { State::Paused } else { State::Running };
+        self.services.board.set_connector(&self.namespace, running(*paused.borrow_and_update()), None);
         if let Some(trace) = self.reconfigure(&mut instance).await {
-            return Some(trace);
+            return InstanceEnd::Failed(trace);
         }
         let started = Instant::now();
         let mut ticks = tokio::time::interval(self.settings.monitor_interval);
@@ -111,31 +160,79 @@ impl ConnectorRun {
                 *attempt = 0;
             }
             let reconfigure = self.reconfigure.clone();
+            let is_paused = *paused.borrow();
             tokio::select! {
                 deadline = stopped(stop) => {
                     instance.stop_by(deadline);
                     if let Err(e) = instance.connector_stop().await {
                         tracing::warn!(connector = %self.config.name, "stop failed: {e}");
                     }
-                    return None;
+                    return InstanceEnd::Stopped;
                 }
-                _ = ticks.tick() => match unless_stopped(self.timed_tick(&mut instance), stop).await {
+                Ok(()) = paused.changed() => {
+                    let now_paused = *paused.borrow_and_update();
+                    self.services.board.set_connector(&self.namespace, running(now_paused), None);
+                }
+                Some(Control::Restart { connector, tasks }) = control.recv() => {
+                    self.restart_tasks(tasks).await;
+                    if connector {
+                        instance.stop_by(Instant::now() + self.settings.sandbox.timeouts.lifecycle);
+                        if let Err(e) = instance.connector_stop().await {
+                            tracing::warn!(connector = %self.config.name, "stop failed: {e}");
+                        }
+                        return InstanceEnd::Restart;
+                    }
+                }
+                _ = ticks.tick(), if !is_paused => match unless_stopped(self.timed_tick(&mut instance), stop).await {
                     // Still ticking at the stop deadline: abandoned, not called again.
-                    None => return None,
-                    Some(Err(e)) => return Some(e.to_string()),
+                    None => return InstanceEnd::Stopped,
+                    Some(Err(e)) => return InstanceEnd::Failed(e.to_string()),
                     Some(Ok(Err(ConnectorError::Retriable(message)))) => {
                         tracing::warn!(connector = %self.config.name, "tick: retriable error: {}", escape_controls(&message));
                     }
-                    Some(Ok(Err(e))) => return Some(describe_connector_error(&e)),
+                    Some(Ok(Err(e))) => return InstanceEnd::Failed(describe_connector_error(&e)),
                     Some(Ok(Ok(()))) => {}
                 },
                 _ = reconfigure.notified() => {
                     if let Some(trace) = self.reconfigure(&mut instance).await {
-                        return Some(trace);
+                        return InstanceEnd::Failed(trace);
                     }
                 }
             }
         }
+    }
+
+    /// Restarts the selected tasks in new instances (each commits and stops first).
+    async fn restart_tasks(&mut self, which: Tasks) {
+        let status = self.services.board.get(&self.namespace);
+        let failed = |task: usize| {
+            status.as_ref().is_some_and(|s| s.tasks.iter().any(|t| t.id as usize == task && t.state == State::Failed))
+        };
+        let selected: Vec<usize> = (0..self.tasks.len())
+            .filter(|&task| match which {
+                Tasks::None => false,
+                Tasks::All => true,
+                Tasks::Failed => failed(task),
+                Tasks::One(id) => task == id as usize,
+            })
+            .collect();
+        if selected.is_empty() {
+            return;
+        }
+        // Stop first (each commits), then start: never two instances of one task at once.
+        let deadline = Instant::now() + self.settings.sandbox.timeouts.lifecycle;
+        let mut tasks: Vec<Option<TaskHandle>> = std::mem::take(&mut self.tasks).into_iter().map(Some).collect();
+        let stopping: Vec<TaskHandle> = selected.iter().filter_map(|&task| tasks[task].take()).collect();
+        let configs: Vec<(usize, Pairs)> =
+            selected.iter().copied().zip(stopping.iter().map(|t| t.config.clone())).collect();
+        for &task in &selected {
+            self.services.board.set_task(&self.namespace, task as u32, State::Restarting, None, 0);
+        }
+        stop_all(stopping, deadline).await;
+        for (task, config) in configs {
+            tasks[task] = Some(self.start_task(task as u32, config));
+        }
+        self.tasks = tasks.into_iter().flatten().collect();
     }
 
     async fn timed_tick(
@@ -197,6 +294,7 @@ impl ConnectorRun {
             destination: self.destination.clone(),
             metrics: self.metrics.clone(),
             reconfigure: self.reconfigure.clone(),
+            paused: self.paused.clone(),
         };
         self.services.board.set_task(&self.namespace, task, State::Unassigned, None, 0);
         TaskHandle { config, stop, join: tokio::spawn(run_task(spec, stop_rx)) }

@@ -1,18 +1,21 @@
-//! The herder's lifecycle API: open a worker (runtime, stores, plugin folder), start,
-//! stop and inspect connectors. What a config must satisfy is in [`super::admission`];
-//! each connector runs in its own loop ([`super::connector`]).
+//! The herder's lifecycle API: open a worker (runtime, stores, plugin folder); create,
+//! update, pause, resume, stop, restart and delete connectors; bring stored connectors
+//! back in their target states; inspect them. What a config must satisfy is in
+//! [`super::admission`]; each connector runs in its own loop ([`super::connector`]).
+//!
+//! Every change is written to the config store before it returns (config, target state),
+//! so a restarted worker ([`Herder::restore`]) puts every connector back as it was.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Mutex, Notify, watch};
+use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::admission::{self, Admitted, Running};
-use super::connector::ConnectorRun;
+use super::connector::{ConnectorRun, Control, Tasks};
 use super::limits::TenantRates;
 use super::metrics::{ConnectorMetrics, MetricsSnapshot};
 use super::services::Services;
@@ -20,21 +23,55 @@ use super::status::StatusBoard;
 use crate::config::{ConfigError, ConnectorConfig, DEFAULT_TENANT, WorkerConfig, keys::NAME};
 use crate::destinations;
 use crate::runtime::{Registry, Runtime};
-use crate::storage::{ConnectorStatus, DataDir, Namespace, State, Stores};
+use crate::storage::{ConnectorStatus, DataDir, Namespace, State, Stores, TargetState};
 
-struct ConnectorHandle {
+/// Why a lifecycle request could not be done (the REST API's 404, 409 and 400).
+#[derive(Debug, thiserror::Error)]
+pub enum HerderError {
+    #[error("Connector {0} not found")]
+    NotFound(String),
+    #[error("Connector {0} already exists")]
+    Exists(String),
+    #[error("{0}")]
+    Invalid(#[from] ConfigError),
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0:#}")]
+    Store(anyhow::Error),
+}
+
+/// A connector this worker knows: its config, what it should be doing, and its loop
+/// while it runs (none while STOPPED).
+struct Entry {
+    config: ConnectorConfig,
+    target: TargetState,
     tasks_max: u32,
+    run: Option<RunningConnector>,
+}
+
+struct RunningConnector {
     /// Sends the stop deadline.
     stop: watch::Sender<Option<Instant>>,
     /// How long a stop may take: the connector's lifecycle call timeout.
     stop_within: Duration,
     join: JoinHandle<()>,
     metrics: Arc<ConnectorMetrics>,
+    control: mpsc::UnboundedSender<Control>,
+    paused: watch::Sender<bool>,
+}
+
+impl RunningConnector {
+    /// Stops the loop and its tasks gracefully, within the lifecycle timeout.
+    async fn stop(self) {
+        let _ = self.stop.send(Some(Instant::now() + self.stop_within));
+        let _ = self.join.await;
+    }
 }
 
 pub struct Herder {
     services: Arc<Services>,
-    connectors: Mutex<BTreeMap<Namespace, ConnectorHandle>>,
+    /// Held across a whole change to one connector, so changes never interleave.
+    connectors: Mutex<BTreeMap<Namespace, Entry>>,
 }
 
 impl Herder {
@@ -89,88 +126,313 @@ impl Herder {
     }
 
     pub async fn delivered_in(&self, ns: &Namespace) -> u64 {
-        self.connectors.lock().await.get(ns).map_or(0, |c| c.metrics.delivered())
+        self.metrics_in(ns).await.map_or(0, |m| m.delivered)
     }
 
     /// A running connector's counters: deliveries, ticks, the connector's memory.
     pub async fn metrics_in(&self, ns: &Namespace) -> Option<MetricsSnapshot> {
-        self.connectors.lock().await.get(ns).map(|c| c.metrics.snapshot())
+        self.connectors.lock().await.get(ns)?.run.as_ref().map(|run| run.metrics.snapshot())
+    }
+
+    /// Every connector this worker knows, with its config and target state.
+    pub async fn connectors(&self) -> Vec<(Namespace, ConnectorConfig, TargetState)> {
+        let connectors = self.connectors.lock().await;
+        connectors.iter().map(|(ns, e)| (ns.clone(), e.config.clone(), e.target)).collect()
+    }
+
+    /// A connector's config and target state.
+    pub async fn connector(&self, ns: &Namespace) -> Option<(ConnectorConfig, TargetState)> {
+        self.connectors.lock().await.get(ns).map(|e| (e.config.clone(), e.target))
     }
 
     /// Checks a config the way `start` would: host keys, the tenant's rules, the plugin's
     /// `config-def`, and the plugin's own `validate`.
     pub async fn validate(&self, config: &ConnectorConfig) -> Result<Admitted, ConfigError> {
-        admission::admit(&self.services, config, &self.running().await).await
+        let running = self.running(&*self.connectors.lock().await);
+        admission::admit(&self.services, config, &running).await
     }
 
     /// Checks several configs as if all were started, each against the tenants' quotas
     /// with the ones before it counted: nothing need start for a bad one to be refused.
     pub async fn validate_all(&self, configs: &[ConnectorConfig]) -> Result<Vec<Admitted>, ConfigError> {
-        let mut running = self.running().await;
+        let mut running = self.running(&*self.connectors.lock().await);
         let mut admitted = Vec::with_capacity(configs.len());
         for config in configs {
             let one = admission::admit(&self.services, config, &running).await?;
-            let tenant = config.with_defaults(&self.services.worker.defaults).tenant().to_string();
-            running.push((Namespace::new(tenant, &config.name), one.settings.tasks_max));
+            running.push((self.namespace_of(config), one.settings.tasks_max));
             admitted.push(one);
         }
         Ok(admitted)
     }
 
-    async fn running(&self) -> Vec<Running> {
-        self.connectors.lock().await.iter().map(|(ns, c)| (ns.clone(), c.tasks_max)).collect()
+    fn running(&self, connectors: &BTreeMap<Namespace, Entry>) -> Vec<Running> {
+        connectors.iter().map(|(ns, e)| (ns.clone(), e.tasks_max)).collect()
     }
 
-    /// Validates and starts a connector and its tasks; warnings about the config (unknown
-    /// keys) go to the log.
+    fn namespace_of(&self, config: &ConnectorConfig) -> Namespace {
+        Namespace::new(config.with_defaults(&self.services.worker.defaults).tenant(), &config.name)
+    }
+
+    /// Validates and starts a new connector (refused if one of that name exists); its
+    /// config and target state are stored first. Warnings (unknown keys) go to the log.
     pub async fn start(&self, config: ConnectorConfig) -> Result<(), ConfigError> {
-        let Admitted { settings, plugin, warnings } = self.validate(&config).await?;
+        let source = config.source.clone();
+        self.create(config).await.map(|_| ()).map_err(|e| match e {
+            HerderError::Invalid(e) => e,
+            other => ConfigError { source, key: Some(NAME.into()), reason: other.to_string() },
+        })
+    }
+
+    /// Creates a connector: 409-style `Exists` if the name is taken in its tenant.
+    pub async fn create(&self, config: ConnectorConfig) -> Result<Namespace, HerderError> {
+        let ns = self.namespace_of(&config);
+        let mut connectors = self.connectors.lock().await;
+        if connectors.contains_key(&ns) {
+            return Err(HerderError::Exists(config.name.clone()));
+        }
+        let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
+        // Validation awaited: another create of the name may have won meanwhile.
+        if connectors.contains_key(&ns) {
+            return Err(HerderError::Exists(config.name.clone()));
+        }
+        self.store_config(&ns, &config, TargetState::Started)?;
+        let entry = self.launch(&ns, config, admitted, TargetState::Started);
+        connectors.insert(ns.clone(), entry);
+        Ok(ns)
+    }
+
+    /// Creates the connector, or replaces its config (restarting it with the new one, in
+    /// its target state). Returns whether it was created.
+    pub async fn put_config(&self, config: ConnectorConfig) -> Result<bool, HerderError> {
+        let ns = self.namespace_of(&config);
+        let mut connectors = self.connectors.lock().await;
+        let Some(target) = connectors.get(&ns).map(|e| e.target) else {
+            drop(connectors);
+            return self.create(config).await.map(|_| true);
+        };
+        let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
+        let old = connectors.remove(&ns).expect("checked above");
+        if let Some(run) = old.run {
+            run.stop().await;
+        }
+        self.store_config(&ns, &config, target)?;
+        let entry = self.launch(&ns, config, admitted, target);
+        connectors.insert(ns, entry);
+        Ok(false)
+    }
+
+    fn store_config(&self, ns: &Namespace, config: &ConnectorConfig, target: TargetState) -> Result<(), HerderError> {
+        let configs = self.services.stores.configs();
+        configs.put_connector_config(ns, &config.to_pairs()).map_err(HerderError::Store)?;
+        configs.put_target_state(ns, target).map_err(HerderError::Store)
+    }
+
+    /// Starts the connector's loop in `target` (none for STOPPED).
+    fn launch(&self, ns: &Namespace, config: ConnectorConfig, admitted: Admitted, target: TargetState) -> Entry {
+        let Admitted { settings, plugin, warnings } = admitted;
         for warning in warnings {
             tracing::warn!("{warning}");
         }
+        let tasks_max = settings.tasks_max;
+        let board = &self.services.board;
+        board.set_version(ns, &plugin.version);
+        if target == TargetState::Stopped {
+            board.set_connector(ns, State::Stopped, None);
+            board.retain_tasks(ns, 0);
+            return Entry { config, target, tasks_max, run: None };
+        }
         let config = config.with_defaults(&self.services.worker.defaults);
-        let namespace = Namespace::new(config.tenant(), &config.name);
-        let mut connectors = self.connectors.lock().await;
-        if connectors.contains_key(&namespace) {
-            return Err(config.error(NAME, format!("a connector named '{}' is already running", config.name)));
-        }
-        if let Err(e) = self.services.stores.configs().put_connector_config(&namespace, &config.to_pairs()) {
-            return Err(config.error(NAME, format!("cannot store the config: {e:#}")));
-        }
         let (stop, stop_rx) = watch::channel(None);
-        let reconfigure = Arc::new(Notify::new());
+        let (control, control_rx) = mpsc::unbounded_channel();
+        let (paused, paused_rx) = watch::channel(target == TargetState::Paused);
         let metrics = Arc::new(ConnectorMetrics::default());
         let destination = destinations::for_kind(settings.destination, &self.services.stores);
-        self.services.board.set_connector(&namespace, State::Unassigned, None);
-        let (tasks_max, stop_within) = (settings.tasks_max, settings.sandbox.timeouts.lifecycle);
+        board.set_connector(ns, State::Unassigned, None);
+        let stop_within = settings.sandbox.timeouts.lifecycle;
         let run = ConnectorRun {
             services: self.services.clone(),
-            namespace: namespace.clone(),
-            config,
+            namespace: ns.clone(),
+            config: config.clone(),
             settings,
             plugin,
             destination,
             metrics: metrics.clone(),
-            reconfigure,
+            reconfigure: Arc::new(Notify::new()),
             tasks: Vec::new(),
+            paused: paused_rx,
         };
-        let join = tokio::spawn(run.run(stop_rx));
-        connectors.insert(namespace, ConnectorHandle { tasks_max, stop, stop_within, join, metrics });
+        let join = tokio::spawn(run.run(stop_rx, control_rx));
+        let run = RunningConnector { stop, stop_within, join, metrics, control, paused };
+        Entry { config, target, tasks_max, run: Some(run) }
+    }
+
+    /// Brings back every stored connector in its target state (`sluice serve` at start).
+    /// A config that no longer passes (its plugin is gone, say) is left FAILED with why.
+    pub async fn restore(&self) -> anyhow::Result<usize> {
+        let stored = self.services.stores.configs().stored_connectors()?;
+        let mut connectors = self.connectors.lock().await;
+        let mut restored = 0;
+        for (ns, pairs, target) in stored {
+            if connectors.contains_key(&ns) {
+                continue;
+            }
+            let text =
+                serde_json::json!({ "name": ns.connector, "config": pairs.into_iter().collect::<BTreeMap<_, _>>() });
+            let config = match ConnectorConfig::from_json(&text.to_string(), &ns.connector) {
+                Ok(config) => config,
+                Err(e) => {
+                    self.services.board.set_connector(&ns, State::Failed, Some(e.to_string()));
+                    continue;
+                }
+            };
+            match admission::admit(&self.services, &config, &self.running(&connectors)).await {
+                Ok(admitted) => {
+                    let entry = self.launch(&ns, config, admitted, target);
+                    connectors.insert(ns, entry);
+                    restored += 1;
+                }
+                Err(e) => {
+                    tracing::error!(tenant = %ns.tenant, connector = %ns.connector, "cannot bring back: {e}");
+                    self.services.board.set_connector(&ns, State::Failed, Some(e.to_string()));
+                    let tasks_max = config.settings().map_or(1, |s| s.tasks_max);
+                    connectors.insert(ns, Entry { config, target, tasks_max, run: None });
+                }
+            }
+        }
+        Ok(restored)
+    }
+
+    /// Pauses (tasks stop polling, offsets committed) or resumes a connector; resuming a
+    /// STOPPED one starts it.
+    pub async fn set_paused(&self, ns: &Namespace, pause: bool) -> Result<(), HerderError> {
+        let mut connectors = self.connectors.lock().await;
+        let entry = connectors.get_mut(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
+        let target = if pause { TargetState::Paused } else { TargetState::Started };
+        self.services.stores.configs().put_target_state(ns, target).map_err(HerderError::Store)?;
+        if let Some(run) = &entry.run {
+            let _ = run.paused.send(pause);
+            entry.target = target;
+            return Ok(());
+        }
+        let config = entry.config.clone();
+        let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
+        let entry = self.launch(ns, config, admitted, target);
+        connectors.insert(ns.clone(), entry);
         Ok(())
     }
 
-    /// Stops a connector and its tasks gracefully (offsets committed), within its lifecycle
-    /// call timeout whatever its plugin does. False if unknown.
+    /// Stops a connector (Kafka Connect's KIP-875 STOPPED): its tasks and instance are shut
+    /// down, offsets committed first; it stays, with its config, until resumed or deleted.
+    pub async fn stop_connector(&self, ns: &Namespace) -> Result<(), HerderError> {
+        let mut connectors = self.connectors.lock().await;
+        let entry = connectors.get_mut(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
+        self.services.stores.configs().put_target_state(ns, TargetState::Stopped).map_err(HerderError::Store)?;
+        entry.target = TargetState::Stopped;
+        if let Some(run) = entry.run.take() {
+            run.stop().await;
+        }
+        self.services.board.set_connector(ns, State::Stopped, None);
+        self.services.board.retain_tasks(ns, 0);
+        Ok(())
+    }
+
+    /// Restarts the connector instance and/or its tasks, as Kafka Connect's
+    /// `POST /connectors/{name}/restart?includeTasks&onlyFailed`. Returns the status as it
+    /// stands, with what will restart shown RESTARTING (`None` when nothing will).
+    pub async fn restart(
+        &self,
+        ns: &Namespace,
+        include_tasks: bool,
+        only_failed: bool,
+    ) -> Result<Option<ConnectorStatus>, HerderError> {
+        let connectors = self.connectors.lock().await;
+        let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
+        let mut status = self.services.board.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
+        let Some(run) = &entry.run else {
+            return Err(HerderError::Refused(format!(
+                "Connector {} is STOPPED: resume it (PUT /connectors/{}/resume) to start it",
+                ns.connector, ns.connector
+            )));
+        };
+        let connector = !only_failed || status.connector.state == State::Failed;
+        let tasks = match (include_tasks, only_failed) {
+            (false, _) => Tasks::None,
+            (true, false) => Tasks::All,
+            (true, true) => Tasks::Failed,
+        };
+        let _ = run.control.send(Control::Restart { connector, tasks });
+        if connector {
+            status.connector.state = State::Restarting;
+        }
+        for task in &mut status.tasks {
+            if tasks == Tasks::All || (tasks == Tasks::Failed && task.state == State::Failed) {
+                task.state = State::Restarting;
+            }
+        }
+        Ok((include_tasks || only_failed).then_some(status))
+    }
+
+    /// Restarts one task.
+    pub async fn restart_task(&self, ns: &Namespace, task: u32) -> Result<(), HerderError> {
+        let connectors = self.connectors.lock().await;
+        let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
+        let status = self.services.board.get(ns);
+        let exists = status.is_some_and(|s| s.tasks.iter().any(|t| t.id == task));
+        match &entry.run {
+            Some(run) if exists => {
+                let _ = run.control.send(Control::Restart { connector: false, tasks: Tasks::One(task) });
+                Ok(())
+            }
+            _ => Err(HerderError::NotFound(format!("{}/{task}", ns.connector))),
+        }
+    }
+
+    /// Deletes a connector: stopped gracefully, then forgotten (its offsets stay).
+    pub async fn delete(&self, ns: &Namespace) -> Result<(), HerderError> {
+        let mut connectors = self.connectors.lock().await;
+        let entry = connectors.remove(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
+        if let Some(run) = entry.run {
+            run.stop().await;
+        }
+        self.services.stores.configs().delete_connector(ns).map_err(HerderError::Store)?;
+        self.services.board.remove(ns);
+        Ok(())
+    }
+
+    /// Changes committed offsets (KIP-875): only while the connector is STOPPED. `None`
+    /// as an offset forgets the partition's.
+    pub async fn alter_offsets(&self, ns: &Namespace, changes: &[(String, Option<String>)]) -> Result<(), HerderError> {
+        let connectors = self.connectors.lock().await;
+        let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
+        if entry.target != TargetState::Stopped || entry.run.is_some() {
+            return Err(HerderError::Refused(format!(
+                "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/{}/stop' endpoint",
+                ns.connector
+            )));
+        }
+        let offsets = self.services.stores.offsets();
+        let set: Vec<(String, String)> =
+            changes.iter().filter_map(|(p, o)| o.as_ref().map(|o| (p.clone(), o.clone()))).collect();
+        offsets.commit_offsets(ns, &set).map_err(HerderError::Store)?;
+        for (partition, _) in changes.iter().filter(|(_, o)| o.is_none()) {
+            offsets.delete_offset(ns, partition).map_err(HerderError::Store)?;
+        }
+        Ok(())
+    }
+
+    /// Stops one connector of the `default` tenant and forgets it in this process (its
+    /// stored config and offsets stay). False if unknown.
     pub async fn stop(&self, connector: &str) -> bool {
         self.stop_in(&Namespace::new(DEFAULT_TENANT, connector)).await
     }
 
     pub async fn stop_in(&self, ns: &Namespace) -> bool {
-        let handle = self.connectors.lock().await.remove(ns);
-        match handle {
-            Some(handle) => {
-                let _ = handle.stop.send(Some(Instant::now() + handle.stop_within));
-                let _ = handle.join.await;
+        let entry = self.connectors.lock().await.remove(ns);
+        match entry {
+            Some(entry) => {
+                if let Some(run) = entry.run {
+                    run.stop().await;
+                }
                 true
             }
             None => false,
@@ -179,13 +441,14 @@ impl Herder {
 
     /// Stops every connector, all at once: within the longest lifecycle call timeout.
     pub async fn shutdown(&self) {
-        let handles: Vec<ConnectorHandle> = std::mem::take(&mut *self.connectors.lock().await).into_values().collect();
+        let runs: Vec<RunningConnector> =
+            std::mem::take(&mut *self.connectors.lock().await).into_values().filter_map(|e| e.run).collect();
         let now = Instant::now();
-        for handle in &handles {
-            let _ = handle.stop.send(Some(now + handle.stop_within));
+        for run in &runs {
+            let _ = run.stop.send(Some(now + run.stop_within));
         }
-        for handle in handles {
-            let _ = handle.join.await;
+        for run in runs {
+            let _ = run.join.await;
         }
     }
 }

@@ -31,6 +31,8 @@ pub struct TaskSpec {
     pub destination: Arc<dyn Destination>,
     pub metrics: Arc<super::metrics::ConnectorMetrics>,
     pub reconfigure: Arc<Notify>,
+    /// `true` while the connector is paused: the task does not poll.
+    pub paused: tokio::sync::watch::Receiver<bool>,
 }
 
 enum Outcome {
@@ -98,13 +100,28 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         Ok(Err(e)) => return failed(describe_connector_error(&e), id),
         Ok(Ok(())) => {}
     }
-    board.set_task(&spec.namespace, spec.task, State::Running, None, id);
+    let state = if *spec.paused.borrow() { State::Paused } else { State::Running };
+    board.set_task(&spec.namespace, spec.task, state, None, id);
     let recycle_at = recycle_threshold(&spec.settings.sandbox, instance.largest_memory(), connector, spec.task);
 
     let mut idle = Duration::ZERO;
     let mut last_commit = Instant::now();
     let mut last_usage_report = Instant::now();
+    let mut paused = spec.paused.clone();
     while stop.borrow().is_none() {
+        if *paused.borrow_and_update() {
+            // Everything delivered is committed: tell the task, and wait to be resumed.
+            if let Some(outcome) = commit(&mut instance, spec, id).await {
+                return outcome;
+            }
+            board.set_task(&spec.namespace, spec.task, State::Paused, None, id);
+            tokio::select! {
+                _ = paused.wait_for(|paused| !*paused) => {}
+                _ = stopped(stop) => break,
+            }
+            board.set_task(&spec.namespace, spec.task, State::Running, None, id);
+            continue;
+        }
         let Some(polled) = unless_stopped(instance.poll(), stop).await else {
             // Still polling at the stop deadline: abandoned. Nothing of it was delivered,
             // so nothing is lost; the instance is not called again.
@@ -124,6 +141,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             tokio::select! {
                 _ = tokio::time::sleep(idle) => {}
                 _ = stop.changed() => {}
+                _ = paused.changed() => {}
             }
         } else {
             idle = Duration::ZERO;

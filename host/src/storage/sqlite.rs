@@ -239,7 +239,12 @@ impl ConfigStore for SqliteStore {
              ORDER BY c.tenant, c.connector",
         )?;
         let rows = stmt.query_map([], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?, row.get::<_, Option<String>>(3)?))
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, Option<String>>(3)?,
+            ))
         })?;
         rows.map(|row| {
             let (tenant, connector, config, state) = row?;
@@ -267,7 +272,10 @@ impl ConfigStore for SqliteStore {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         for table in ["connector_configs", "task_configs", "target_states", "statuses"] {
-            tx.execute(&format!("DELETE FROM {table} WHERE tenant = ?1 AND connector = ?2"), params![ns.tenant, ns.connector])?;
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE tenant = ?1 AND connector = ?2"),
+                params![ns.tenant, ns.connector],
+            )?;
         }
         tx.commit()?;
         Ok(())
