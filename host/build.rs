@@ -36,6 +36,7 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
 
+    println!("cargo:rustc-env=SLUICE_COMMIT={}", git_commit(&root));
     println!("cargo:rustc-env=SLUICE_BUILT_PLUGINS={}", target_dir.join("plugins").display());
     println!("cargo:rustc-env=SLUICE_TEST_PLUGINS={}", target_dir.join("test-plugins").display());
     println!("cargo:rerun-if-env-changed=SLUICE_SKIP_PLUGIN_BUILD");
@@ -301,4 +302,25 @@ fn copy_if_changed(from: &Path, to: &Path) {
     if std::fs::read(to).ok().as_deref() != Some(&new[..]) {
         std::fs::write(to, new).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
     }
+}
+
+/// The commit checked out in `root` (`GET /`'s `commit`), rebuilt when HEAD moves; `unknown`
+/// outside a git checkout.
+fn git_commit(root: &Path) -> String {
+    let git = root.join(".git");
+    for watched in [git.join("HEAD"), git.join("refs/heads"), git.join("packed-refs")] {
+        if watched.exists() {
+            println!("cargo:rerun-if-changed={}", watched.display());
+        }
+    }
+    Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(root)
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .map(|commit| commit.trim().to_string())
+        .filter(|commit| !commit.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }

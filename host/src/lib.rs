@@ -10,6 +10,7 @@
 //! | [`runtime`] | the engine and sandboxes, the plugin folder and compile cache, the WIT bindings, plugin logs |
 //! | [`destinations`] | where records go: `local` (exactly-once) or `stdout` |
 //! | [`connect`] | Kafka Connect's runtime: herder, admission, reconfiguration, task runner, record checks, statuses |
+//! | [`api`] | Kafka Connect's REST API over the herder: routes, tokens and tenants, metrics, the OpenAPI document |
 //! | [`cli`] | the `sluice` command line |
 //!
 //! Where is reconfiguration decided? [`connect::reconfigure`]. Where is an offset
@@ -17,6 +18,7 @@
 //! Where is a limit enforced? [`runtime::sandbox`] (memory, deadlines, fuel) and
 //! [`connect::records`] (record and batch sizes). How the parts fit: `docs/architecture.md`.
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod connect;

@@ -1,5 +1,6 @@
 //! The cli layer: the `sluice` command line. `run` (standalone, like `connect-standalone`),
-//! `demo`, `plugins`, `offsets`, `topics`, `new` and `hash-token`. Errors in connector files
+//! `serve` (the REST API's long-running worker), `demo`, `plugins`, `offsets`, `topics`,
+//! `new` and `hash-token`. Errors in connector files
 //! or configs print one line naming the file, the key and the reason, and exit with code 2.
 //! The benchmarks are a separate binary (`sluice-bench`, in `bench/`).
 //!
@@ -7,10 +8,12 @@
 
 pub mod demo;
 pub mod scaffold;
+pub mod serve;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -80,6 +83,13 @@ struct PluginPath {
     plugin_path: PathBuf,
 }
 
+#[derive(clap::Args)]
+struct InsecureListen {
+    /// Serve the API on a non-loopback address although no tenants (tokens) are declared.
+    #[arg(long)]
+    insecure_listen: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run connectors until Ctrl-C or SIGTERM, like Kafka's connect-standalone.
@@ -91,9 +101,31 @@ enum Command {
         plugins: PluginPath,
         #[command(flatten)]
         worker: WorkerConfigPath,
+        /// Also serve Kafka Connect's REST API on this address (HOST:PORT), as Connect's
+        /// standalone worker does.
+        #[arg(long, value_name = "HOST:PORT")]
+        listen: Option<String>,
+        #[command(flatten)]
+        insecure: InsecureListen,
         /// Connector files: {"name": "...", "config": {"connector.class": "...", ...}}
         #[arg(required = true)]
         connectors: Vec<PathBuf>,
+    },
+    /// Run a long-lived worker driven by Kafka Connect's REST API (until Ctrl-C or SIGTERM):
+    /// connectors are created over HTTP, kept in the data directory and brought back in
+    /// their target states after a restart; plugins added to the folder are picked up live.
+    Serve {
+        #[command(flatten)]
+        data: DataDirArg,
+        #[command(flatten)]
+        plugins: PluginPath,
+        #[command(flatten)]
+        worker: WorkerConfigPath,
+        /// Where to serve the API (HOST:PORT; port 0 picks a free one, printed at start).
+        #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8083")]
+        listen: String,
+        #[command(flatten)]
+        insecure: InsecureListen,
     },
     /// List the plugins in the plugin folder, and the files that were rejected and why.
     Plugins {
@@ -203,7 +235,7 @@ fn host_keys_help() -> String {
 }
 
 /// Exit code for a bad connector file or config.
-const CONFIG_ERROR: u8 = 2;
+pub(crate) const CONFIG_ERROR: u8 = 2;
 
 pub fn main() -> ExitCode {
     main_with_args(std::env::args_os())
@@ -244,8 +276,12 @@ fn config_error(e: &ConfigError) -> ExitCode {
 
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Run { data, plugins, worker, connectors } => {
-            run(&data.data_dir, &plugins.plugin_path, worker.load()?, &connectors).await
+        Command::Run { data, plugins, worker, listen, insecure, connectors } => {
+            let listen = listen.map(|address| (address, insecure.insecure_listen));
+            run(&data.data_dir, &plugins.plugin_path, worker.load()?, &connectors, listen).await
+        }
+        Command::Serve { data, plugins, worker, listen, insecure } => {
+            serve::serve(&data.data_dir, &plugins.plugin_path, worker.load()?, &listen, insecure.insecure_listen).await
         }
         Command::HashToken { token } => {
             println!("{}", crate::config::hash_token(&token));
@@ -266,7 +302,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 dir.display()
             );
             eprintln!("then: sluice topics read lines | head   (records)   sluice offsets file-pulse-demo   (offsets)");
-            run(&data.data_dir, &plugins.plugin_path, WorkerConfig::default(), &[file]).await
+            run(&data.data_dir, &plugins.plugin_path, WorkerConfig::default(), &[file], None).await
         }
         Command::New { what: NewCommand::Connector { name, lang, dir } } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
@@ -303,7 +339,13 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn run(data_dir: &Path, plugin_path: &Path, worker: WorkerConfig, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+async fn run(
+    data_dir: &Path,
+    plugin_path: &Path,
+    worker: WorkerConfig,
+    files: &[PathBuf],
+    listen: Option<(String, bool)>,
+) -> anyhow::Result<ExitCode> {
     let mut configs: Vec<ConnectorConfig> = Vec::new();
     for file in files {
         let config = match ConnectorConfig::from_file(file) {
@@ -317,20 +359,42 @@ async fn run(data_dir: &Path, plugin_path: &Path, worker: WorkerConfig, files: &
         }
         configs.push(config);
     }
-    let _lock = DataDir::new(data_dir).lock()?;
-    let herder = Herder::open_with_config(worker, data_dir, plugin_path).await?;
+    let listen = match listen {
+        None => None,
+        Some((address, insecure)) => match serve::listen_address(&address, insecure, &worker).await {
+            Ok(addr) => Some(addr),
+            Err(message) => {
+                eprintln!("error: {message}");
+                return Ok(ExitCode::from(CONFIG_ERROR));
+            }
+        },
+    };
+    let data = DataDir::new(data_dir);
+    let _lock = data.lock()?;
+    let herder = Arc::new(Herder::open_with_config(worker, data_dir, plugin_path).await?);
     // Every config, quotas included, is checked before any connector starts.
     if let Err(e) = herder.validate_all(&configs).await {
         return Ok(config_error(&e));
     }
+    // Bound before anything starts, so a taken port stops nothing half way.
+    let server = match listen {
+        Some(addr) => Some(serve::ApiServer::start(herder.clone(), &data, addr).await?),
+        None => None,
+    };
     for config in configs {
         if let Err(e) = herder.start(config).await {
+            if let Some(server) = server {
+                server.stop().await;
+            }
             herder.shutdown().await;
             return Ok(config_error(&e));
         }
     }
     let exit = wait_for_signal_showing_progress(&herder).await?;
     tracing::info!("stopping: committing offsets");
+    if let Some(server) = server {
+        server.stop().await;
+    }
     herder.shutdown().await;
     match exit {
         None => Ok(ExitCode::SUCCESS),

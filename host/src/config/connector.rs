@@ -70,30 +70,51 @@ impl ConnectorConfig {
         let Value::Object(config) = config else {
             return Err(error(Some("config"), "must be a JSON object of string values".into()));
         };
+        let name = match top.get("name") {
+            Some(Value::String(name)) => Some(name.clone()),
+            None => None,
+            Some(_) => return Err(error(Some("name"), "must be a string".into())),
+        };
+        let config = Self::from_map(name, config, source)?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// The config of a JSON object of values, named `name` or by its own `name` key, with
+    /// nothing but the name checked (what Connect's validate endpoint takes).
+    pub fn from_map(
+        name: Option<String>,
+        config: &serde_json::Map<String, Value>,
+        source: &str,
+    ) -> Result<Self, ConfigError> {
+        let error =
+            |key: &str, reason: String| ConfigError { source: source.to_string(), key: Some(key.to_string()), reason };
         let mut values = BTreeMap::new();
         for (key, value) in config {
             let text = match value {
                 Value::String(s) => s.clone(),
                 Value::Number(n) => n.to_string(),
                 Value::Bool(b) => b.to_string(),
-                other => return Err(error(Some(key), format!("must be a string, not {other}"))),
+                other => return Err(error(key, format!("must be a string, not {other}"))),
             };
             values.insert(key.clone(), text);
         }
-        let name = match (top.get("name"), values.get("name")) {
-            (Some(Value::String(name)), _) => name.clone(),
-            (None, Some(name)) => name.clone(),
-            (Some(_), _) => return Err(error(Some("name"), "must be a string".into())),
-            (None, None) => return Err(error(Some("name"), "missing".into())),
+        let Some(name) = name.or_else(|| values.get(NAME).cloned()) else {
+            return Err(error(NAME, "missing".into()));
         };
         if name.is_empty() || name.chars().any(|c| c.is_control() || c == '/') {
-            return Err(error(Some("name"), format!("{name:?} is not a valid connector name")));
+            return Err(error(NAME, format!("{name:?} is not a valid connector name")));
         }
         values.insert(NAME.into(), name.clone());
-        let config = ConnectorConfig { name, values, source: source.to_string() };
-        config.plugin()?;
-        config.settings()?;
-        Ok(config)
+        Ok(ConnectorConfig { name, values, source: source.to_string() })
+    }
+
+    /// The checks every config must pass before admission: a plugin is named and the
+    /// host's keys parse.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        self.plugin()?;
+        self.settings()?;
+        Ok(())
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {

@@ -12,4 +12,6 @@ pub use keys::{
     CONNECTOR_CLASS, CallTimeouts, ConfigKeyInfo, ConnectorSettings, DestinationKind, ErrorHandling, HOST_KEYS,
     RestartPolicy, SandboxSettings, TASKS_MAX,
 };
-pub use worker::{DEFAULT_TENANT, Quotas, StorageConfig, StorageKind, Tenant, WorkerConfig, WorkerSandbox, hash_token};
+pub use worker::{
+    DEFAULT_TENANT, OperatorConfig, Quotas, StorageConfig, StorageKind, Tenant, WorkerConfig, WorkerSandbox, hash_token,
+};

@@ -14,6 +14,9 @@
 //! [storage]
 //! kind = "sqlite"                                   # the embedded default (the only kind so far)
 //!
+//! [operator]                                        # the REST API's operator: sees every tenant
+//! token_sha256 = "<hex sha256 of its token>"
+//!
 //! [[tenant]]
 //! name = "acme"
 //! token_sha256 = "<hex sha256 of the API token>"   # `sluice hash-token TOKEN`
@@ -104,10 +107,19 @@ pub struct StorageConfig {
     pub kind: StorageKind,
 }
 
+/// `[operator]`: who may see and manage every tenant through the REST API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorConfig {
+    pub token_sha256: Option<String>,
+}
+
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WorkerFile {
+    #[serde(default)]
+    operator: OperatorConfig,
     #[serde(default)]
     tenant: Vec<Tenant>,
     #[serde(default)]
@@ -122,6 +134,7 @@ struct WorkerFile {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkerConfig {
     tenants: BTreeMap<String, Tenant>,
+    pub operator: OperatorConfig,
     /// Values for connector keys a connector config does not set.
     pub defaults: BTreeMap<String, String>,
     pub sandbox: WorkerSandbox,
@@ -169,7 +182,13 @@ impl WorkerConfig {
                 (key, text)
             })
             .collect();
-        Ok(WorkerConfig { tenants, defaults, sandbox: file.sandbox, storage: file.storage })
+        if let Some(hash) = &file.operator.token_sha256 {
+            anyhow::ensure!(
+                hash.len() == 64 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+                "operator: token_sha256 must be 64 hex digits (see `sluice hash-token`)"
+            );
+        }
+        Ok(WorkerConfig { tenants, operator: file.operator, defaults, sandbox: file.sandbox, storage: file.storage })
     }
 
     /// The tenant named `name`; `default` exists (unlimited) unless declared otherwise.
@@ -194,6 +213,16 @@ impl WorkerConfig {
     pub fn authenticate(&self, token: &str) -> Option<&Tenant> {
         let hash = hash_token(token);
         self.tenants.values().find(|t| t.token_sha256.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(&hash)))
+    }
+
+    /// Whether this is the operator's token.
+    pub fn is_operator(&self, token: &str) -> bool {
+        self.operator.token_sha256.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(&hash_token(token)))
+    }
+
+    /// Whether any tenant is declared (then the REST API needs a token).
+    pub fn has_tenants(&self) -> bool {
+        !self.tenants.is_empty()
     }
 }
 

@@ -34,33 +34,103 @@ pub(super) async fn admit(
 ) -> Result<Admitted, ConfigError> {
     let config = &config.with_defaults(&services.worker.defaults);
     let mut settings = config.settings()?;
+    check_fuel(services, config, &settings)?;
+    check_tenant(services, config, &mut settings, running)?;
+    let plugin = find_plugin(services, config)?;
+    if let Some(problem) = plugin_key_problems(config, &plugin).into_iter().next() {
+        return Err(problem);
+    }
+    if let Some(problem) = plugin_validate(services, config, &plugin, &settings).await?.into_iter().next() {
+        return Err(problem);
+    }
+    let warnings = unknown_keys(config, &plugin);
+    Ok(Admitted { settings, plugin, warnings })
+}
+
+/// Every problem `admit` could find in `config`, not only the first (Kafka Connect's
+/// validate endpoint): each host key that does not parse, the tenant's rules, the plugin's
+/// `config-def` and everything the plugin's `validate` says.
+pub(super) async fn problems(services: &Services, config: &ConnectorConfig, running: &[Running]) -> Vec<ConfigError> {
+    let config = &config.with_defaults(&services.worker.defaults);
+    let mut problems = Vec::new();
+    // A bad host key is reported, then dropped so the next one is looked at.
+    let mut probe = config.clone();
+    let mut settings = loop {
+        match probe.settings() {
+            Ok(settings) => break settings,
+            Err(problem) => {
+                let removed = problem.key.as_ref().and_then(|key| probe.values.remove(key));
+                problems.push(problem);
+                if removed.is_none() {
+                    return problems;
+                }
+            }
+        }
+    };
+    problems.extend(check_fuel(services, config, &settings).err());
+    problems.extend(check_tenant(services, config, &mut settings, running).err());
+    let plugin = match find_plugin(services, config) {
+        Ok(plugin) => plugin,
+        Err(problem) => {
+            problems.push(problem);
+            return problems;
+        }
+    };
+    problems.extend(plugin_key_problems(config, &plugin));
+    match plugin_validate(services, config, &plugin, &settings).await {
+        Ok(found) => problems.extend(found),
+        Err(problem) => problems.push(problem),
+    }
+    problems
+}
+
+fn check_fuel(services: &Services, config: &ConnectorConfig, settings: &ConnectorSettings) -> Result<(), ConfigError> {
     if settings.sandbox.fuel_per_call.is_some() && !services.runtime.fuel_metering {
         let reason = "fuel metering is off in this worker: set [sandbox] fuel_metering = true in sluice.toml";
         return Err(config.error(SANDBOX_FUEL_PER_CALL, reason));
     }
-    check_tenant(services, config, &mut settings, running)?;
+    Ok(())
+}
+
+/// The plugin `connector.class` names, as the plugin folder holds it now.
+fn find_plugin(services: &Services, config: &ConnectorConfig) -> Result<Arc<Plugin>, ConfigError> {
     let name = config.plugin()?;
     let registry = &services.registry;
-    let Some(plugin) = registry.get(name) else {
+    registry.get(name).ok_or_else(|| {
         let known = registry.names();
-        return Err(config.error(
+        config.error(
             CONNECTOR_CLASS,
             format!(
                 "unknown plugin '{name}': no usable {name}.wasm in {} (loaded: {})",
                 registry.dir.display(),
                 known.join(", ")
             ),
-        ));
-    };
+        )
+    })
+}
+
+/// The plugin's `config-def`: required keys present, values of the declared types.
+fn plugin_key_problems(config: &ConnectorConfig, plugin: &Plugin) -> Vec<ConfigError> {
+    let mut problems = Vec::new();
     for key in &plugin.config_def {
         match config.get(&key.name) {
-            None if key.required => {
-                return Err(config.error(&key.name, format!("required by plugin {name} ({})", key.documentation)));
-            }
-            Some(value) => check_type(value, &key.type_name).map_err(|reason| config.error(&key.name, reason))?,
+            None if key.required => problems
+                .push(config.error(&key.name, format!("required by plugin {} ({})", plugin.name, key.documentation))),
+            Some(value) => problems.extend(check_type(value, &key.type_name).err().map(|r| config.error(&key.name, r))),
             None => {}
         }
     }
+    problems
+}
+
+/// What the plugin's own `validate` says about `config` (`Err` when it cannot be asked).
+async fn plugin_validate(
+    services: &Services,
+    config: &ConnectorConfig,
+    plugin: &Plugin,
+    settings: &ConnectorSettings,
+) -> Result<Vec<ConfigError>, ConfigError> {
+    let name = &plugin.name;
     let context = services.context(&Namespace::new(config.tenant(), &config.name), None, None);
     let mut instance = services
         .runtime
@@ -71,11 +141,10 @@ pub(super) async fn admit(
         .validate(&config.to_pairs())
         .await
         .map_err(|e| config.error(CONNECTOR_CLASS, format!("plugin {name} failed in validate: {e}")))?;
-    if let Some(problem) = problems.into_iter().next() {
-        return Err(config.error(&escape_controls(&problem.key), escape_controls(&problem.message)));
-    }
-    let warnings = unknown_keys(config, &plugin);
-    Ok(Admitted { settings, plugin, warnings })
+    Ok(problems
+        .into_iter()
+        .map(|problem| config.error(&escape_controls(&problem.key), escape_controls(&problem.message)))
+        .collect())
 }
 
 /// Keys neither the host nor the plugin's `config-def` names: accepted (a plugin may read

@@ -22,14 +22,16 @@ use super::services::Services;
 use super::status::StatusBoard;
 use crate::config::{ConfigError, ConnectorConfig, DEFAULT_TENANT, WorkerConfig, keys::NAME};
 use crate::destinations;
-use crate::runtime::{Registry, Runtime};
-use crate::storage::{ConnectorStatus, DataDir, Namespace, State, Stores, TargetState};
+use crate::runtime::{Plugin, Registry, Runtime};
+use crate::storage::{ConnectorState, ConnectorStatus, DataDir, Namespace, State, Stores, TargetState};
 
 /// Why a lifecycle request could not be done (the REST API's 404, 409 and 400).
 #[derive(Debug, thiserror::Error)]
 pub enum HerderError {
     #[error("Connector {0} not found")]
     NotFound(String),
+    #[error("Task {0}-{1} not found")]
+    TaskNotFound(String, u32),
     #[error("Connector {0} already exists")]
     Exists(String),
     #[error("{0}")]
@@ -58,6 +60,8 @@ struct RunningConnector {
     metrics: Arc<ConnectorMetrics>,
     control: mpsc::UnboundedSender<Control>,
     paused: watch::Sender<bool>,
+    /// The plugin it started with (a replaced file is used from the next restart).
+    plugin: Arc<Plugin>,
 }
 
 impl RunningConnector {
@@ -113,6 +117,25 @@ impl Herder {
 
     pub fn status_in(&self, ns: &Namespace) -> Option<ConnectorStatus> {
         self.services.board.get(ns)
+    }
+
+    /// The status of a connector this worker knows (UNASSIGNED until its loop reports).
+    pub async fn connector_status(&self, ns: &Namespace) -> Result<ConnectorStatus, HerderError> {
+        if !self.connectors.lock().await.contains_key(ns) {
+            return Err(HerderError::NotFound(ns.connector.clone()));
+        }
+        let board = &self.services.board;
+        Ok(board.get(ns).unwrap_or_else(|| ConnectorStatus {
+            name: ns.connector.clone(),
+            connector: ConnectorState {
+                state: State::Unassigned,
+                worker_id: board.worker_id().to_string(),
+                trace: None,
+                version: None,
+            },
+            tasks: Vec::new(),
+            kind: "source".into(),
+        }))
     }
 
     pub fn statuses(&self) -> Vec<(Namespace, ConnectorStatus)> {
@@ -249,6 +272,7 @@ impl Herder {
         let destination = destinations::for_kind(settings.destination, &self.services.stores);
         board.set_connector(ns, State::Unassigned, None);
         let stop_within = settings.sandbox.timeouts.lifecycle;
+        let run_plugin = plugin.clone();
         let run = ConnectorRun {
             services: self.services.clone(),
             namespace: ns.clone(),
@@ -262,7 +286,7 @@ impl Herder {
             paused: paused_rx,
         };
         let join = tokio::spawn(run.run(stop_rx, control_rx));
-        let run = RunningConnector { stop, stop_within, join, metrics, control, paused };
+        let run = RunningConnector { stop, stop_within, join, metrics, control, paused, plugin: run_plugin };
         Entry { config, target, tasks_max, run: Some(run) }
     }
 
@@ -355,6 +379,18 @@ impl Herder {
             )));
         };
         let connector = !only_failed || status.connector.state == State::Failed;
+        if connector && let Some(newer) = self.replaced_plugin(entry) {
+            // The plugin file was replaced: the connector and all its tasks start again on
+            // the new code, as a new connector would.
+            drop(connectors);
+            self.relaunch(ns).await?;
+            tracing::info!(tenant = %ns.tenant, connector = %ns.connector, version = %newer, "restarted on the replaced plugin");
+            status.connector.state = State::Restarting;
+            for task in &mut status.tasks {
+                task.state = State::Restarting;
+            }
+            return Ok((include_tasks || only_failed).then_some(status));
+        }
         let tasks = match (include_tasks, only_failed) {
             (false, _) => Tasks::None,
             (true, false) => Tasks::All,
@@ -372,6 +408,65 @@ impl Herder {
         Ok((include_tasks || only_failed).then_some(status))
     }
 
+    /// The version of the plugin file now in the folder, when it is not what `entry` runs.
+    fn replaced_plugin(&self, entry: &Entry) -> Option<String> {
+        let running = entry.run.as_ref()?.plugin.clone();
+        let now = self.services.registry.get(&running.name)?;
+        (!Arc::ptr_eq(&running, &now)).then(|| now.version.clone())
+    }
+
+    /// Stops the connector and starts it again from its stored config, admitted afresh
+    /// (so on the plugin file in the folder now), in its target state.
+    async fn relaunch(&self, ns: &Namespace) -> Result<(), HerderError> {
+        let mut connectors = self.connectors.lock().await;
+        let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
+        let (config, target) = (entry.config.clone(), entry.target);
+        let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
+        let old = connectors.remove(ns).expect("checked above");
+        if let Some(run) = old.run {
+            run.stop().await;
+        }
+        let entry = self.launch(ns, config, admitted, target);
+        connectors.insert(ns.clone(), entry);
+        Ok(())
+    }
+
+    /// Every problem in `config`, for Kafka Connect's validate endpoint (empty when it
+    /// would be admitted).
+    pub async fn problems(&self, config: &ConnectorConfig) -> Vec<ConfigError> {
+        let running = self.running(&*self.connectors.lock().await);
+        admission::problems(&self.services, config, &running).await
+    }
+
+    /// The task configs the connector last generated (stored), by task id.
+    pub async fn task_configs(&self, ns: &Namespace) -> Result<Vec<Vec<(String, String)>>, HerderError> {
+        if !self.connectors.lock().await.contains_key(ns) {
+            return Err(HerderError::NotFound(ns.connector.clone()));
+        }
+        self.services.stores.configs().task_configs(ns).map_err(HerderError::Store)
+    }
+
+    /// A connector's committed offsets, as (partition, offset) JSON texts.
+    pub async fn offsets(&self, ns: &Namespace) -> Result<Vec<(String, String)>, HerderError> {
+        if !self.connectors.lock().await.contains_key(ns) {
+            return Err(HerderError::NotFound(ns.connector.clone()));
+        }
+        self.services.stores.offsets().all_offsets(ns).map_err(HerderError::Store)
+    }
+
+    /// Forgets every committed offset of a STOPPED connector (KIP-875's reset).
+    pub async fn reset_offsets(&self, ns: &Namespace) -> Result<(), HerderError> {
+        let all = self.services.stores.offsets().all_offsets(ns).map_err(HerderError::Store)?;
+        let changes: Vec<(String, Option<String>)> = all.into_iter().map(|(partition, _)| (partition, None)).collect();
+        self.alter_offsets(ns, &changes).await
+    }
+
+    /// The counters of every running connector.
+    pub async fn all_metrics(&self) -> Vec<(Namespace, Arc<ConnectorMetrics>)> {
+        let connectors = self.connectors.lock().await;
+        connectors.iter().filter_map(|(ns, e)| e.run.as_ref().map(|run| (ns.clone(), run.metrics.clone()))).collect()
+    }
+
     /// Restarts one task.
     pub async fn restart_task(&self, ns: &Namespace, task: u32) -> Result<(), HerderError> {
         let connectors = self.connectors.lock().await;
@@ -383,7 +478,7 @@ impl Herder {
                 let _ = run.control.send(Control::Restart { connector: false, tasks: Tasks::One(task) });
                 Ok(())
             }
-            _ => Err(HerderError::NotFound(format!("{}/{task}", ns.connector))),
+            _ => Err(HerderError::TaskNotFound(ns.connector.clone(), task)),
         }
     }
 

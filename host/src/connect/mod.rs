@@ -19,6 +19,6 @@ pub mod status;
 mod task_runner;
 
 pub use admission::Admitted;
-pub use herder::Herder;
+pub use herder::{Herder, HerderError};
 pub use services::Services;
 pub use status::StatusBoard;

@@ -19,6 +19,11 @@ impl StatusBoard {
         StatusBoard { worker_id, statuses: Mutex::new(BTreeMap::new()), store }
     }
 
+    /// This worker's id, as statuses show it (`host:pid`).
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
     pub fn get(&self, ns: &Namespace) -> Option<ConnectorStatus> {
         self.statuses.lock().unwrap().get(ns).cloned()
     }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
 
+use super::metrics::TaskCounters;
 use super::records::{Polled, Source, check_batch, latest_offsets};
 use super::services::{Services, StopSignal, stopped, unless_stopped};
 use crate::config::{ConnectorSettings, SandboxSettings};
@@ -54,12 +55,15 @@ const MAX_IDLE_BACKOFF: Duration = Duration::from_millis(100);
 /// Runs the task until a stop is requested; it is stopped by the stop's deadline.
 pub async fn run_task(spec: TaskSpec, mut stop: StopSignal) {
     let board = spec.services.board.clone();
+    let counters = spec.metrics.task(spec.task);
     let mut attempt = 0u32;
     loop {
+        TaskCounters::add(&counters.starts, 1);
         match run_instance(&spec, &mut stop, attempt > 0).await {
             Outcome::Stopped => return,
             Outcome::Recycled => {}
             Outcome::Failed { trace, instance } => {
+                TaskCounters::add(&counters.failures, 1);
                 board.set_task(&spec.namespace, spec.task, State::Failed, Some(trace), instance);
                 let restart = spec.settings.restart;
                 if !restart.enabled {
@@ -108,6 +112,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     let mut last_commit = Instant::now();
     let mut last_usage_report = Instant::now();
     let mut paused = spec.paused.clone();
+    let counters = spec.metrics.task(spec.task);
     while stop.borrow().is_none() {
         if *paused.borrow_and_update() {
             // Everything delivered is committed: tell the task, and wait to be resumed.
@@ -122,6 +127,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             board.set_task(&spec.namespace, spec.task, State::Running, None, id);
             continue;
         }
+        let poll_started = Instant::now();
         let Some(polled) = unless_stopped(instance.poll(), stop).await else {
             // Still polling at the stop deadline: abandoned. Nothing of it was delivered,
             // so nothing is lost; the instance is not called again.
@@ -136,6 +142,9 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             Ok(Err(e)) => return failed(describe_connector_error(&e), id),
             Ok(Ok(records)) => records,
         };
+        TaskCounters::add(&counters.polls, 1);
+        TaskCounters::time(&counters.poll_nanos, poll_started.elapsed());
+        TaskCounters::add(&counters.polled, records.len() as u64);
         if records.is_empty() {
             idle = (idle * 2).clamp(Duration::from_millis(1), MAX_IDLE_BACKOFF);
             tokio::select! {
@@ -159,11 +168,17 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             let count = checked.len() as u64;
             services.rates.throttle(&spec.namespace.tenant, count).await;
             let (destination, namespace) = (spec.destination.clone(), spec.namespace.clone());
+            let commits = !offsets.is_empty();
+            let deliver_started = Instant::now();
             let delivered =
                 tokio::task::spawn_blocking(move || destination.deliver(&namespace, &checked, &offsets)).await;
             match delivered {
                 Ok(Ok(())) => {
                     spec.metrics.add_delivered(count);
+                    TaskCounters::add(&counters.delivered, count);
+                    TaskCounters::add(&counters.deliveries, 1);
+                    TaskCounters::time(&counters.deliver_nanos, deliver_started.elapsed());
+                    TaskCounters::add(&counters.commits, u64::from(commits));
                 }
                 Ok(Err(e)) => {
                     // The `stdout` reader went away: like any tool in a pipe, stop (what was

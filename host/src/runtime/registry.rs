@@ -147,11 +147,11 @@ impl Registry {
             for path in gone {
                 folder.seen.remove(&path);
                 folder.rejected.remove(&path);
-                if let Some(name) = plugin_name(&path) {
-                    if folder.plugins.get(&name).is_some_and(|p| p.file == path) {
-                        tracing::info!(plugin = %name, "plugin file {} was removed", path.display());
-                        folder.plugins.remove(&name);
-                    }
+                if let Some(name) = plugin_name(&path)
+                    && folder.plugins.get(&name).is_some_and(|p| p.file == path)
+                {
+                    tracing::info!(plugin = %name, "plugin file {} was removed", path.display());
+                    folder.plugins.remove(&name);
                 }
             }
             files.iter().filter(|(path, stamp)| folder.seen.get(path) != Some(stamp)).map(|(p, _)| p.clone()).collect()

@@ -45,6 +45,9 @@ pub trait OffsetStore: Send + Sync {
 }
 
 /// Connector and task configs, so that a restart knows what ran.
+/// A connector as the config store keeps it: who, its config, what it should be doing.
+pub type StoredConnector = (Namespace, Vec<(String, String)>, TargetState);
+
 pub trait ConfigStore: Send + Sync {
     fn put_connector_config(&self, ns: &Namespace, config: &[(String, String)]) -> anyhow::Result<()>;
     /// The connectors of a tenant that ever ran here, by name.
@@ -53,7 +56,7 @@ pub trait ConfigStore: Send + Sync {
     fn connector_config(&self, ns: &Namespace) -> anyhow::Result<Option<Vec<(String, String)>>>;
     /// Every stored connector of every tenant, with its target state (`Started` when
     /// none was stored): what a restarted worker brings back.
-    fn stored_connectors(&self) -> anyhow::Result<Vec<(Namespace, Vec<(String, String)>, TargetState)>>;
+    fn stored_connectors(&self) -> anyhow::Result<Vec<StoredConnector>>;
     fn put_target_state(&self, ns: &Namespace, state: TargetState) -> anyhow::Result<()>;
     /// Forgets a connector: its config, task configs, target state and status (its
     /// committed offsets stay, as in Kafka Connect: a connector created again resumes).
@@ -185,6 +188,22 @@ impl DataDir {
         self.root.join("compiled")
     }
 
+    /// This data directory's cluster id (what `GET /` reports as `kafka_cluster_id` for the
+    /// local destination): made once, like a Kafka cluster's, and kept in `cluster-id`.
+    pub fn cluster_id(&self) -> anyhow::Result<String> {
+        let path = self.root.join("cluster-id");
+        if let Ok(id) = std::fs::read_to_string(&path)
+            && !id.trim().is_empty()
+        {
+            return Ok(id.trim().to_string());
+        }
+        self.create()?;
+        let id = new_cluster_id();
+        std::fs::write(&path, &id)
+            .with_context(|| format!("cannot write in the data directory {} (--data-dir)", self.root.display()))?;
+        Ok(id)
+    }
+
     /// Creates the directory if needed; errors say it is the data directory.
     pub fn create(&self) -> anyhow::Result<()> {
         if self.root.exists() && !self.root.is_dir() {
@@ -217,3 +236,17 @@ impl DataDir {
 
 /// See [`DataDir::lock`].
 pub struct DataDirLock(#[allow(dead_code)] std::fs::File);
+
+/// 16 unpredictable bytes in URL-safe base64 without padding, the form of a Kafka cluster id.
+fn new_cluster_id() -> String {
+    use sha2::{Digest, Sha256};
+    let seed = format!("{:?} {} {:?}", std::time::SystemTime::now(), std::process::id(), std::thread::current().id());
+    let digest = Sha256::digest(seed.as_bytes());
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bits: Vec<bool> = digest[..16].iter().flat_map(|byte| (0..8).rev().map(move |i| byte >> i & 1 == 1)).collect();
+    bits.chunks(6)
+        .map(|chunk| {
+            ALPHABET[chunk.iter().fold(0usize, |n, bit| n << 1 | usize::from(*bit)) << (6 - chunk.len())] as char
+        })
+        .collect()
+}

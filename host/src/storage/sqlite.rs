@@ -15,7 +15,7 @@ use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::model::{ConnectorStatus, Record, StoredRecord, TargetState};
-use super::{ConfigStore, Namespace, OffsetStore, RecordLog, StatusStore};
+use super::{ConfigStore, Namespace, OffsetStore, RecordLog, StatusStore, StoredConnector};
 
 pub struct SqliteStore {
     writer: Mutex<Connection>,
@@ -231,7 +231,7 @@ impl ConfigStore for SqliteStore {
         .transpose()
     }
 
-    fn stored_connectors(&self) -> anyhow::Result<Vec<(Namespace, Vec<(String, String)>, TargetState)>> {
+    fn stored_connectors(&self) -> anyhow::Result<Vec<StoredConnector>> {
         let conn = self.reader();
         let mut stmt = conn.prepare_cached(
             "SELECT c.tenant, c.connector, c.config, t.state FROM connector_configs c

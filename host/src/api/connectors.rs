@@ -1,0 +1,406 @@
+//! `/connectors`: Kafka Connect's connector resources (create, list with `?expand`, config,
+//! status, tasks, restart, pause, resume, stop, delete, KIP-875 offsets) over the herder.
+//! Bodies are Connect's shapes; a name is the caller's (see [`super::auth`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::{ApiState, bool_param, json_body, query_pairs};
+use crate::config::keys::{NAME, TENANT};
+use crate::config::{ConnectorConfig, DEFAULT_TENANT};
+use crate::storage::Namespace;
+use crate::storage::json::canonical_object;
+
+type Shared = State<Arc<ApiState>>;
+
+/// `GET /connectors[?expand=status][&expand=info]`
+pub async fn list(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let pairs = query_pairs(query.as_deref())?;
+    let expand = |what: &str| pairs.iter().any(|(k, v)| k == "expand" && v.eq_ignore_ascii_case(what));
+    let (status, info) = (expand("status"), expand("info"));
+    let connectors: Vec<(Namespace, ConnectorConfig)> = state
+        .herder
+        .connectors()
+        .await
+        .into_iter()
+        .filter(|(ns, _, _)| caller.sees(ns))
+        .map(|(ns, config, _)| (ns, config))
+        .collect();
+    if !status && !info {
+        let names: Vec<String> = connectors.iter().map(|(ns, _)| caller.name_of(ns)).collect();
+        return Ok(Json(names).into_response());
+    }
+    let mut expanded = Map::new();
+    for (ns, config) in connectors {
+        let mut entry = Map::new();
+        if status {
+            match state.herder.connector_status(&ns).await {
+                Ok(mut found) => {
+                    found.name = caller.name_of(&ns);
+                    entry.insert("status".into(), json!(found));
+                }
+                // Deleted meanwhile.
+                Err(_) => continue,
+            }
+        }
+        if info {
+            let tasks = state.herder.task_configs(&ns).await.map(|t| t.len()).unwrap_or(0);
+            entry.insert("info".into(), info_body(&caller, &ns, &config, tasks));
+        }
+        expanded.insert(caller.name_of(&ns), Value::Object(entry));
+    }
+    Ok(Json(Value::Object(expanded)).into_response())
+}
+
+/// Connect's `ConnectorInfo`: name, config (with `name`), task ids, type.
+fn info_body(caller: &Caller, ns: &Namespace, config: &ConnectorConfig, tasks: usize) -> Value {
+    let name = caller.name_of(ns);
+    let tasks: Vec<Value> = (0..tasks).map(|task| json!({ "connector": name, "task": task })).collect();
+    json!({ "name": name, "config": config_body(caller, config), "tasks": tasks, "type": "source" })
+}
+
+/// The config as the caller sees it: a tenant's own name for itself is implied.
+fn config_body(caller: &Caller, config: &ConnectorConfig) -> Value {
+    let mut values = config.values.clone();
+    if matches!(caller, Caller::Tenant(_)) {
+        values.remove(TENANT);
+    }
+    json!(values)
+}
+
+async fn info(state: &ApiState, caller: &Caller, ns: &Namespace) -> Result<Value, ApiError> {
+    let (config, _) = state
+        .herder
+        .connector(ns)
+        .await
+        .ok_or_else(|| ApiError::not_found(format!("Connector {} not found", ns.connector)))?;
+    let tasks = state.herder.task_configs(ns).await?.len();
+    Ok(info_body(caller, ns, &config, tasks))
+}
+
+/// The namespace and config of a connector to create or update: the tenant is the
+/// caller's (a `tenant` key naming another is refused), or for the operator the one its
+/// name or the config's `tenant` key says.
+fn new_config(
+    caller: &Caller,
+    name: &str,
+    values: &Map<String, Value>,
+) -> Result<(Namespace, ConnectorConfig), ApiError> {
+    let from_config = values.get(TENANT).and_then(Value::as_str);
+    let ns = match (caller, name.contains('/')) {
+        (Caller::Operator { tenant: None }, false) => Namespace::new(from_config.unwrap_or(DEFAULT_TENANT), name),
+        (Caller::Operator { .. }, true) => caller.namespace(name)?,
+        (_, true) => {
+            return Err(ApiError::bad_request(format!(
+                "name: {name:?} is not a valid connector name ('/' is not allowed)"
+            )));
+        }
+        (_, false) => caller.namespace(name)?,
+    };
+    let source = format!("connector {}", ns.connector);
+    let mut config = ConnectorConfig::from_map(Some(ns.connector.clone()), values, &source)?;
+    if let Some(tenant) = from_config
+        && tenant != ns.tenant
+    {
+        return Err(config
+            .error(TENANT, format!("'{tenant}' is not the tenant of this request ({})", ns.tenant))
+            .into());
+    }
+    if ns.tenant != DEFAULT_TENANT {
+        config.values.insert(TENANT.into(), ns.tenant.clone());
+    }
+    Ok((ns, config))
+}
+
+/// `POST /connectors` with `{"name": ..., "config": {...}}`: 201, or 409 if it exists.
+pub async fn create(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let body = json_body(&body)?;
+    let Value::Object(top) = body else {
+        return Err(ApiError::bad_request("Expected a JSON object {\"name\": ..., \"config\": {...}}"));
+    };
+    let values = match top.get("config") {
+        Some(Value::Object(values)) => values.clone(),
+        Some(_) => return Err(ApiError::bad_request("config: must be a JSON object of string values")),
+        None => return Err(ApiError::bad_request("config: missing: expected {\"name\": ..., \"config\": {...}}")),
+    };
+    let name = match (top.get("name"), values.get(NAME)) {
+        (Some(Value::String(name)), Some(Value::String(in_config))) if name != in_config => {
+            return Err(ApiError::bad_request(format!(
+                "Connector name configuration ({in_config}) doesn't match connector name in the request ({name})"
+            )));
+        }
+        (Some(Value::String(name)), _) | (None, Some(Value::String(name))) => name.clone(),
+        (Some(_), _) => return Err(ApiError::bad_request("name: must be a string")),
+        (None, _) => return Err(ApiError::bad_request("name: missing")),
+    };
+    let (ns, config) = new_config(&caller, &name, &values)?;
+    config.check()?;
+    state.herder.create(config).await?;
+    let body = info(&state, &caller, &ns).await?;
+    let location = format!("/connectors/{}", url_segment(&caller.name_of(&ns)));
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(body)).into_response())
+}
+
+/// A name as one URL path segment.
+fn url_segment(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `GET /connectors/{name}`
+pub async fn get(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ns = caller.namespace(&name)?;
+    Ok(Json(info(&state, &caller, &ns).await?))
+}
+
+/// `DELETE /connectors/{name}`: 204.
+pub async fn delete(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.herder.delete(&caller.namespace(&name)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /connectors/{name}/config`
+pub async fn get_config(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ns = caller.namespace(&name)?;
+    let (config, _) =
+        state.herder.connector(&ns).await.ok_or_else(|| ApiError::not_found(format!("Connector {name} not found")))?;
+    Ok(Json(config_body(&caller, &config)))
+}
+
+/// `PUT /connectors/{name}/config`: creates (201) or updates (200).
+pub async fn put_config(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let Value::Object(values) = json_body(&body)? else {
+        return Err(ApiError::bad_request("Expected the connector's config: a JSON object of string values"));
+    };
+    let unqualified = name.rsplit('/').next().unwrap_or(&name);
+    if let Some(in_config) = values.get(NAME)
+        && in_config.as_str() != Some(unqualified)
+    {
+        return Err(ApiError::bad_request(format!(
+            "Connector name configuration ({}) doesn't match connector name in the URL ({unqualified})",
+            in_config.as_str().map(String::from).unwrap_or_else(|| in_config.to_string())
+        )));
+    }
+    let (ns, config) = new_config(&caller, &name, &values)?;
+    config.check()?;
+    let created = state.herder.put_config(config).await?;
+    let body = info(&state, &caller, &ns).await?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(body)).into_response())
+}
+
+/// `GET /connectors/{name}/status`
+pub async fn status(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ns = caller.namespace(&name)?;
+    let mut status = state.herder.connector_status(&ns).await?;
+    status.name = caller.name_of(&ns);
+    Ok(Json(json!(status)))
+}
+
+/// `GET /connectors/{name}/tasks`: `[{"id": {"connector", "task"}, "config": {...}}]`
+pub async fn tasks(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ns = caller.namespace(&name)?;
+    let display = caller.name_of(&ns);
+    let tasks: Vec<Value> = state
+        .herder
+        .task_configs(&ns)
+        .await?
+        .into_iter()
+        .enumerate()
+        .map(|(task, config)| {
+            let config: BTreeMap<String, String> = config.into_iter().collect();
+            json!({ "id": { "connector": display, "task": task }, "config": config })
+        })
+        .collect();
+    Ok(Json(Value::Array(tasks)))
+}
+
+/// `GET /connectors/{name}/tasks/{task}/status`
+pub async fn task_status(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path((name, task)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let ns = caller.namespace(&name)?;
+    let status = state.herder.connector_status(&ns).await?;
+    let found = task.parse::<u32>().ok().and_then(|id| status.tasks.into_iter().find(|t| t.id == id));
+    found.map(|t| Json(json!(t))).ok_or_else(|| ApiError::not_found(format!("No status found for task {name}-{task}")))
+}
+
+/// `POST /connectors/{name}/tasks/{task}/restart`: 204.
+pub async fn restart_task(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path((name, task)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let ns = caller.namespace(&name)?;
+    let Ok(id) = task.parse::<u32>() else {
+        return Err(ApiError::not_found(format!("Task {name}-{task} not found")));
+    };
+    state.herder.restart_task(&ns, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /connectors/{name}/restart?includeTasks=&onlyFailed=`: 204 for the connector
+/// alone, else 202 with the status in which what restarts shows RESTARTING.
+pub async fn restart(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let pairs = query_pairs(query.as_deref())?;
+    let include_tasks = bool_param(&pairs, "includeTasks")?;
+    let only_failed = bool_param(&pairs, "onlyFailed")?;
+    let ns = caller.namespace(&name)?;
+    match state.herder.restart(&ns, include_tasks, only_failed).await? {
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+        Some(mut status) => {
+            status.name = caller.name_of(&ns);
+            Ok((StatusCode::ACCEPTED, Json(json!(status))).into_response())
+        }
+    }
+}
+
+/// `PUT /connectors/{name}/pause`: 202.
+pub async fn pause(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.herder.set_paused(&caller.namespace(&name)?, true).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// `PUT /connectors/{name}/resume`: 202.
+pub async fn resume(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.herder.set_paused(&caller.namespace(&name)?, false).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// `PUT /connectors/{name}/stop`: 204, once its tasks have committed and stopped.
+pub async fn stop(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.herder.stop_connector(&caller.namespace(&name)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /connectors/{name}/offsets`: `{"offsets": [{"partition": {...}, "offset": {...}}]}`
+pub async fn get_offsets(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ns = caller.namespace(&name)?;
+    let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+    let offsets: Vec<Value> = state
+        .herder
+        .offsets(&ns)
+        .await?
+        .iter()
+        .map(|(partition, offset)| json!({ "partition": parse(partition), "offset": parse(offset) }))
+        .collect();
+    Ok(Json(json!({ "offsets": offsets })))
+}
+
+/// `PATCH /connectors/{name}/offsets`: sets (or with `"offset": null` forgets) the offsets
+/// of the listed partitions of a STOPPED connector.
+pub async fn patch_offsets(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let ns = caller.namespace(&name)?;
+    let body = json_body(&body)?;
+    let Some(Value::Array(entries)) = body.get("offsets") else {
+        return Err(ApiError::bad_request(
+            "Expected {\"offsets\": [{\"partition\": {...}, \"offset\": {...} or null}]}",
+        ));
+    };
+    let mut changes = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        let partition = match entry.get("partition") {
+            Some(partition @ Value::Object(_)) => canonical_object(&partition.to_string()),
+            _ => Err("missing or not a JSON object".to_string()),
+        }
+        .map_err(|e| ApiError::bad_request(format!("offsets[{i}].partition: {e}")))?;
+        let offset = match entry.get("offset") {
+            None | Some(Value::Null) => None,
+            Some(offset @ Value::Object(_)) => Some(
+                canonical_object(&offset.to_string())
+                    .map_err(|e| ApiError::bad_request(format!("offsets[{i}].offset: {e}")))?,
+            ),
+            Some(_) => {
+                return Err(ApiError::bad_request(format!("offsets[{i}].offset: must be a JSON object or null")));
+            }
+        };
+        changes.push((partition, offset));
+    }
+    state.herder.alter_offsets(&ns, &changes).await?;
+    Ok(Json(json!({ "message": "The offsets for this connector have been altered successfully" })))
+}
+
+/// `DELETE /connectors/{name}/offsets`: forgets every offset of a STOPPED connector.
+pub async fn reset_offsets(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    state.herder.reset_offsets(&caller.namespace(&name)?).await?;
+    Ok(Json(json!({ "message": "The offsets for this connector have been reset successfully" })))
+}

@@ -1,0 +1,215 @@
+//! The api layer: Kafka Connect's REST API over the herder, as `sluice serve` (and `sluice
+//! run --listen`) serve it. Same paths, methods, status codes and JSON shapes as Connect
+//! 3.x/4.x ([`connectors`], [`plugins`]), tokens deciding the tenant ([`auth`]), Prometheus
+//! metrics ([`metrics`]) and an OpenAPI document of every route ([`openapi`]).
+//!
+//! Liberal in what it takes, as Connect is: a trailing slash on any path, booleans in any
+//! case, bodies read as JSON whatever their content type. Every error, the framework's own
+//! included (unknown path, wrong method, body too large), is Connect's `{"error_code",
+//! "message"}` in JSON ([`error`]).
+//!
+//! Uses the config, storage, runtime and connect layers.
+
+pub mod auth;
+mod connectors;
+pub mod error;
+pub mod metrics;
+pub mod openapi;
+mod plugins;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, delete, get, patch, post, put};
+use axum::{Extension, Json, Router, ServiceExt};
+use serde_json::{Value, json};
+use tower::Layer;
+use tower_http::normalize_path::NormalizePathLayer;
+
+use self::auth::Caller;
+use self::error::{ApiError, error_response};
+use crate::config::WorkerConfig;
+use crate::connect::Herder;
+
+/// What every request handler shares.
+pub struct ApiState {
+    pub herder: Arc<Herder>,
+    /// `GET /`'s `kafka_cluster_id`.
+    pub cluster_id: String,
+}
+
+impl ApiState {
+    pub fn worker(&self) -> &WorkerConfig {
+        &self.herder.services().worker
+    }
+}
+
+/// The largest request body: a connector config is a few KiB.
+const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The git commit this binary was built from (`GET /`'s `commit`).
+pub const COMMIT: &str = env!("SLUICE_COMMIT");
+
+type Shared = Arc<ApiState>;
+
+/// Every route: method, path, handler. The OpenAPI document lists exactly these (a test
+/// checks it).
+fn routes() -> Vec<(Method, &'static str, MethodRouter<Shared>)> {
+    vec![
+        (Method::GET, "/", get(root)),
+        (Method::GET, "/connectors", get(connectors::list)),
+        (Method::POST, "/connectors", post(connectors::create)),
+        (Method::GET, "/connectors/{name}", get(connectors::get)),
+        (Method::DELETE, "/connectors/{name}", delete(connectors::delete)),
+        (Method::GET, "/connectors/{name}/config", get(connectors::get_config)),
+        (Method::PUT, "/connectors/{name}/config", put(connectors::put_config)),
+        (Method::GET, "/connectors/{name}/status", get(connectors::status)),
+        (Method::POST, "/connectors/{name}/restart", post(connectors::restart)),
+        (Method::PUT, "/connectors/{name}/pause", put(connectors::pause)),
+        (Method::PUT, "/connectors/{name}/resume", put(connectors::resume)),
+        (Method::PUT, "/connectors/{name}/stop", put(connectors::stop)),
+        (Method::GET, "/connectors/{name}/tasks", get(connectors::tasks)),
+        (Method::GET, "/connectors/{name}/tasks/{task}/status", get(connectors::task_status)),
+        (Method::POST, "/connectors/{name}/tasks/{task}/restart", post(connectors::restart_task)),
+        (Method::GET, "/connectors/{name}/offsets", get(connectors::get_offsets)),
+        (Method::PATCH, "/connectors/{name}/offsets", patch(connectors::patch_offsets)),
+        (Method::DELETE, "/connectors/{name}/offsets", delete(connectors::reset_offsets)),
+        (Method::GET, "/connector-plugins", get(plugins::list)),
+        (Method::GET, "/connector-plugins/{plugin}/config", get(plugins::config)),
+        (Method::PUT, "/connector-plugins/{plugin}/config/validate", put(plugins::validate)),
+        (Method::GET, "/sluice/rejected-plugins", get(plugins::rejected)),
+        (Method::GET, "/metrics", get(metrics_text)),
+        (Method::GET, "/openapi.json", get(openapi_json)),
+    ]
+}
+
+/// The (method, path) of every route.
+pub fn route_list() -> Vec<(Method, &'static str)> {
+    routes().into_iter().map(|(method, path, _)| (method, path)).collect()
+}
+
+/// The API as a router (paths exactly as listed; see [`serve`] for trailing slashes).
+pub fn router(state: Arc<ApiState>) -> Router {
+    let mut router = Router::new();
+    for (_, path, handler) in routes() {
+        router = router.route(path, handler);
+    }
+    router
+        .fallback(|| async {
+            ApiError::not_found("HTTP 404 Not Found: no such path in this API (GET /openapi.json lists them)")
+        })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            tracing::error!("a REST request handler panicked");
+            error_response(StatusCode::INTERNAL_SERVER_ERROR, "Internal error (logged)")
+        }))
+        .layer(axum::middleware::map_response(json_errors))
+        .with_state(state)
+}
+
+/// Serves the API on `listener` until `shutdown` resolves, then finishes the requests in
+/// flight.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<ApiState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = NormalizePathLayer::trim_trailing_slash().layer(router(state));
+    axum::serve(listener, ServiceExt::<Request>::into_make_service(app)).with_graceful_shutdown(shutdown).await
+}
+
+/// Any error response that is not JSON yet (the framework's 404, 405, 413, 400 for a bad
+/// path parameter) becomes Connect's `{"error_code", "message"}`.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if status.as_u16() < 400 || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_string();
+    let reason = status.canonical_reason().unwrap_or("Error");
+    let message = if text.is_empty() {
+        format!("HTTP {} {reason}", status.as_u16())
+    } else {
+        format!("HTTP {} {reason}: {text}", status.as_u16())
+    };
+    let mut converted = error_response(status, &message);
+    for name in [header::ALLOW, header::WWW_AUTHENTICATE] {
+        if let Some(value) = parts.headers.get(&name) {
+            converted.headers_mut().insert(name, value.clone());
+        }
+    }
+    converted
+}
+
+/// `GET /`: the worker's version, the commit it was built from, and the cluster id.
+async fn root(State(state): State<Shared>) -> Json<Value> {
+    Json(json!({ "version": env!("CARGO_PKG_VERSION"), "commit": COMMIT, "kafka_cluster_id": state.cluster_id }))
+}
+
+/// `GET /metrics`: the operator's only, when the worker has tenants.
+async fn metrics_text(State(state): State<Shared>, Extension(caller): Extension<Caller>) -> Result<Response, ApiError> {
+    if state.worker().has_tenants() && !caller.is_operator() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "GET /metrics needs the operator's token ([operator] token_sha256 in sluice.toml)",
+        ));
+    }
+    let text = metrics::render(&state.herder).await;
+    let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
+    Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
+}
+
+async fn openapi_json() -> Json<Value> {
+    Json(openapi::document())
+}
+
+/// A request body as JSON, whatever its content type says.
+fn json_body(body: &Bytes) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request("This request needs a JSON body"));
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Malformed JSON in the request body: {e}")))
+}
+
+/// The query string's pairs, in order (a key may repeat, as `expand` does).
+fn query_pairs(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    serde_urlencoded::from_str(query.unwrap_or_default())
+        .map_err(|e| ApiError::bad_request(format!("Malformed query string: {e}")))
+}
+
+/// A boolean query parameter: `true` or `false` in any case; absent or empty is false.
+fn bool_param(pairs: &[(String, String)], name: &str) -> Result<bool, ApiError> {
+    match pairs.iter().rev().find(|(key, _)| key == name).map(|(_, value)| value.trim()) {
+        None | Some("") => Ok(false),
+        Some(value) if value.eq_ignore_ascii_case("true") => Ok(true),
+        Some(value) if value.eq_ignore_ascii_case("false") => Ok(false),
+        Some(value) => Err(ApiError::bad_request(format!("{name}: '{value}' is not a boolean (true or false)"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn booleans_in_any_case() {
+        let pairs = query_pairs(Some("includeTasks=True&onlyFailed=FALSE&x=1")).unwrap();
+        assert!(bool_param(&pairs, "includeTasks").unwrap());
+        assert!(!bool_param(&pairs, "onlyFailed").unwrap());
+        assert!(!bool_param(&pairs, "absent").unwrap());
+        let bad = query_pairs(Some("onlyFailed=yes")).unwrap();
+        assert_eq!(bool_param(&bad, "onlyFailed").unwrap_err().status, StatusCode::BAD_REQUEST);
+    }
+}

@@ -1,0 +1,188 @@
+//! `/connector-plugins`: the plugin folder as Kafka Connect shows its plugins (list, config
+//! definitions, validate), and `/sluice/rejected-plugins`: the files that could not be
+//! loaded and why.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use serde_json::{Map, Value, json};
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::{ApiState, bool_param, json_body, query_pairs};
+use crate::config::keys::{CONNECTOR_CLASS, NAME, TENANT};
+use crate::config::{ConfigKeyInfo, ConnectorConfig, DEFAULT_TENANT, HOST_KEYS};
+use crate::runtime::Plugin;
+
+type Shared = State<Arc<ApiState>>;
+
+/// The group Connect puts its own connector keys in.
+const COMMON_GROUP: &str = "Common";
+
+/// `GET /connector-plugins[?connectorsOnly=]`: every plugin is a source connector.
+pub async fn list(State(state): Shared, RawQuery(query): RawQuery) -> Result<Json<Value>, ApiError> {
+    let pairs = query_pairs(query.as_deref())?;
+    bool_param(&pairs, "connectorsOnly")?;
+    let plugins: Vec<Value> = state
+        .herder
+        .registry()
+        .plugins()
+        .iter()
+        .map(|p| json!({ "class": p.name, "type": "source", "version": p.version }))
+        .collect();
+    Ok(Json(Value::Array(plugins)))
+}
+
+fn plugin(state: &ApiState, name: &str) -> Result<Arc<Plugin>, ApiError> {
+    state.herder.registry().get(name).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "Unknown plugin {name}: no usable {name}.wasm in the plugin folder (GET /connector-plugins lists the plugins, GET /sluice/rejected-plugins the files that failed)"
+        ))
+    })
+}
+
+/// Connect's `ConfigKeyInfo`, with the group and order it shows.
+fn definition(key: &ConfigKeyInfo, group: &str, order: usize) -> Value {
+    json!({
+        "name": key.name,
+        "type": key.type_name,
+        "required": key.required,
+        "default_value": key.default_value,
+        "importance": key.importance,
+        "documentation": key.documentation,
+        "group": group,
+        "width": "NONE",
+        "display_name": key.name,
+        "dependents": [],
+        "order": order,
+    })
+}
+
+/// The host's keys (group `Common`, as Connect's own) then the plugin's `config-def`.
+fn definitions(plugin: &Plugin) -> Vec<(ConfigKeyInfo, String)> {
+    let host = HOST_KEYS.iter().map(|key| (ConfigKeyInfo::from(key), COMMON_GROUP.to_string()));
+    let own = plugin.config_def.iter().map(|key| (key.clone(), plugin.name.clone()));
+    host.chain(own).collect()
+}
+
+/// `GET /connector-plugins/{plugin}/config`: the keys a connector of this plugin takes.
+pub async fn config(State(state): Shared, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    let plugin = plugin(&state, &name)?;
+    let keys: Vec<Value> = definitions(&plugin)
+        .iter()
+        .enumerate()
+        .map(|(order, (key, group))| definition(key, group, order + 1))
+        .collect();
+    Ok(Json(Value::Array(keys)))
+}
+
+/// `PUT /connector-plugins/{plugin}/config/validate`: 200 with every problem of the config,
+/// key by key, in Connect's shape (`name`, `error_count`, `groups`, `configs`).
+pub async fn validate(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let plugin = plugin(&state, &name)?;
+    let Value::Object(mut values) = json_body(&body)? else {
+        return Err(ApiError::bad_request("Expected the connector's config: a JSON object of string values"));
+    };
+    match values.get(CONNECTOR_CLASS).and_then(Value::as_str) {
+        None => {
+            values.insert(CONNECTOR_CLASS.into(), Value::String(name.clone()));
+        }
+        Some(class) if class != name => {
+            return Err(ApiError::bad_request(format!(
+                "Included connector type {class} does not match request type {name}"
+            )));
+        }
+        Some(_) => {}
+    }
+    let mut problems: Vec<(String, String)> = Vec::new();
+    let connector_name = match values.get(NAME) {
+        Some(Value::String(n)) if !n.is_empty() => n.clone(),
+        _ => {
+            problems.push((NAME.into(), "Missing required configuration \"name\" which has no default value.".into()));
+            "validate".into()
+        }
+    };
+    let tenant =
+        caller.tenant().map(String::from).or_else(|| values.get(TENANT).and_then(Value::as_str).map(String::from));
+    if let Some(tenant) = tenant.filter(|t| t != DEFAULT_TENANT) {
+        values.insert(TENANT.into(), Value::String(tenant));
+    }
+    match ConnectorConfig::from_map(
+        Some(connector_name.replace('/', "_")),
+        &values,
+        &format!("connector {connector_name}"),
+    ) {
+        Ok(config) => {
+            for problem in state.herder.problems(&config).await {
+                problems.push((problem.key.unwrap_or_else(|| CONNECTOR_CLASS.into()), problem.reason));
+            }
+        }
+        Err(problem) => problems.push((problem.key.unwrap_or_else(|| CONNECTOR_CLASS.into()), problem.reason)),
+    }
+    let mut definitions = definitions(&plugin);
+    for (key, _) in &problems {
+        if !definitions.iter().any(|(d, _)| &d.name == key) {
+            let info = ConfigKeyInfo {
+                name: key.clone(),
+                type_name: "STRING".into(),
+                default_value: None,
+                required: false,
+                importance: "LOW".into(),
+                documentation: String::new(),
+            };
+            definitions.push((info, plugin.name.clone()));
+        }
+    }
+    let mut groups: Vec<String> = Vec::new();
+    let configs: Vec<Value> = definitions
+        .iter()
+        .enumerate()
+        .map(|(order, (key, group))| {
+            if !groups.contains(group) {
+                groups.push(group.clone());
+            }
+            let errors: Vec<&String> =
+                problems.iter().filter(|(k, _)| *k == key.name).map(|(_, reason)| reason).collect();
+            let value = values.get(&key.name).map(|v| match v {
+                Value::String(s) => Value::String(s.clone()),
+                other => Value::String(other.to_string()),
+            });
+            json!({
+                "definition": definition(key, group, order + 1),
+                "value": {
+                    "name": key.name,
+                    "value": value.unwrap_or(Value::Null),
+                    "recommended_values": [],
+                    "errors": errors,
+                    "visible": true,
+                },
+            })
+        })
+        .collect();
+    let mut body = Map::new();
+    body.insert("name".into(), json!(name));
+    body.insert("error_count".into(), json!(problems.len()));
+    body.insert("groups".into(), json!(groups));
+    body.insert("configs".into(), Value::Array(configs));
+    Ok(Json(Value::Object(body)))
+}
+
+/// `GET /sluice/rejected-plugins`: `[{"file", "reason"}]`, retried when the file changes.
+pub async fn rejected(State(state): Shared) -> Json<Value> {
+    let rejected: Vec<Value> = state
+        .herder
+        .registry()
+        .rejected()
+        .iter()
+        .map(|r| json!({ "file": r.file.display().to_string(), "reason": r.reason }))
+        .collect();
+    Json(Value::Array(rejected))
+}
