@@ -23,6 +23,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("hostile", "test-plugins"),
     ("slow_version", "test-plugins"),
     ("slow_config_def", "test-plugins"),
+    ("counter_next", "test-plugins"),
 ];
 
 fn main() {

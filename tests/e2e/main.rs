@@ -14,6 +14,7 @@ mod full_disk;
 mod hostile_calls;
 mod languages;
 mod operator_errors;
+mod rest;
 mod scaffold;
 
 use std::path::{Path, PathBuf};

@@ -47,6 +47,43 @@ fn operation(
     operation
 }
 
+/// `getConnectorsNameStatus` for `GET /connectors/{name}/status`.
+fn operation_id(method: &str, path: &str) -> String {
+    let mut id = method.to_lowercase();
+    for word in path.split(['/', '-', '.', '{', '}']).filter(|w| !w.is_empty()) {
+        let mut chars = word.chars();
+        if let Some(first) = chars.next() {
+            id.push(first.to_ascii_uppercase());
+            id.extend(chars);
+        }
+    }
+    id
+}
+
+/// Gives every operation an `operationId`, and links the connectors that `POST
+/// /connectors` and `PUT /connectors/{name}/config` create to every operation on a
+/// connector (how a client, or a fuzzer, follows a create with the rest).
+fn with_operation_ids_and_links(mut paths: Value) -> Value {
+    let mut links = Map::new();
+    for (path, operations) in paths.as_object_mut().unwrap() {
+        for (method, operation) in operations.as_object_mut().unwrap() {
+            let id = operation_id(method, path);
+            operation["operationId"] = json!(id);
+            if path.starts_with("/connectors/{name}") {
+                let mut parameters = json!({ "name": "$response.body#/name" });
+                if path.contains("{task}") {
+                    parameters["task"] = json!(0);
+                }
+                links.insert(id.clone(), json!({ "operationId": id, "parameters": parameters }));
+            }
+        }
+    }
+    for (path, method, status) in [("/connectors", "post", "201"), ("/connectors/{name}/config", "put", "201")] {
+        paths[path][method]["responses"][status]["links"] = Value::Object(links.clone());
+    }
+    paths
+}
+
 /// The document.
 pub fn document() -> Value {
     let name = || {
@@ -187,6 +224,7 @@ pub fn document() -> Value {
             "get": operation("This document", none, None, &[("200", "OpenAPI 3", Some(json!({ "type": "object" })))]),
         },
     });
+    let paths = with_operation_ids_and_links(paths);
     let string_map = json!({ "type": "object", "additionalProperties": { "type": "string" } });
     let state =
         json!({ "type": "string", "enum": ["UNASSIGNED", "RUNNING", "PAUSED", "STOPPED", "FAILED", "RESTARTING"] });

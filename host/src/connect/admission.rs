@@ -78,7 +78,11 @@ pub(super) async fn problems(services: &Services, config: &ConnectorConfig, runn
     };
     problems.extend(plugin_key_problems(config, &plugin));
     match plugin_validate(services, config, &plugin, &settings).await {
-        Ok(found) => problems.extend(found),
+        // A key already found at fault is said once (the plugin often repeats the check).
+        Ok(found) => {
+            let known: Vec<Option<String>> = problems.iter().map(|p| p.key.clone()).collect();
+            problems.extend(found.into_iter().filter(|p| !known.contains(&p.key)));
+        }
         Err(problem) => problems.push(problem),
     }
     problems

@@ -1,0 +1,336 @@
+//! Every endpoint of the REST API against a real `sluice serve`, with Kafka Connect's
+//! status codes and bodies, the liberal input Connect takes, and its error bodies.
+
+use serde_json::{Value, json};
+
+use super::{Server, all_in, counter_records, plugin_folder};
+use crate::wait_until;
+
+fn counter(name: &str, extra: Value) -> String {
+    let mut config = json!({ "connector.class": "counter", "topic": name, "tasks.max": "2" });
+    config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    json!({ "name": name, "config": config }).to_string()
+}
+
+#[test]
+fn the_connector_lifecycle_answers_as_kafka_connect_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &plugin_folder(dir.path(), &["counter", "file-pulse"]), None);
+
+    let root = server.get("/").json();
+    assert_eq!(root["version"], env!("CARGO_PKG_VERSION"));
+    assert!(root["commit"].as_str().is_some_and(|c| !c.is_empty()), "{root}");
+    let cluster_id = root["kafka_cluster_id"].as_str().unwrap().to_string();
+    assert_eq!(cluster_id.len(), 22, "a Kafka-style cluster id: {cluster_id}");
+    assert_eq!(server.get("/connectors").json(), json!([]));
+
+    // Create: 201 with name, config (name included), tasks and type, and a Location.
+    let created = server.call("POST", "/connectors", None, Some(&counter("a", json!({ "records.per.second": "200" }))));
+    assert_eq!(created.status, 201, "{created:?}");
+    assert_eq!(created.header("location"), Some("/connectors/a"));
+    let info = created.json();
+    assert_eq!(info["name"], "a");
+    assert_eq!(info["type"], "source");
+    assert_eq!(info["config"]["name"], "a");
+    assert_eq!(info["config"]["connector.class"], "counter");
+    assert!(info["tasks"].is_array());
+    let again = server.call("POST", "/connectors", None, Some(&counter("a", json!({}))));
+    assert!(again.assert_error(409).contains("already exists"));
+    let bad = server.call("POST", "/connectors", None, Some(&counter("bad", json!({ "tasks.max": "0" }))));
+    assert!(bad.assert_error(400).contains("tasks.max"), "{bad:?}");
+    let unknown = server.call(
+        "POST",
+        "/connectors",
+        None,
+        Some(&json!({"name": "u", "config": {"connector.class": "nope"}}).to_string()),
+    );
+    assert!(unknown.assert_error(400).contains("connector.class"));
+    let mismatch = server.call(
+        "POST",
+        "/connectors",
+        None,
+        Some(&json!({"name": "x", "config": {"name": "y", "connector.class": "counter", "topic": "t"}}).to_string()),
+    );
+    mismatch.assert_error(400);
+    assert_eq!(server.get("/connectors/bad").assert_error(404), "Connector bad not found");
+
+    let status = server.wait_for("a RUNNING with 2 tasks", "/connectors/a/status", None, |s| all_in(s, "RUNNING", 2));
+    assert_eq!(status["name"], "a");
+    assert_eq!(status["type"], "source");
+    assert_eq!(status["connector"]["version"], "0.1.0");
+    assert!(status["connector"]["worker_id"].as_str().is_some_and(|w| w.contains(':')));
+    assert_eq!(status["tasks"][0]["id"], 0);
+    assert_eq!(status["tasks"][1]["version"], "0.1.0");
+
+    // Lists, plain and expanded (expand is repeatable).
+    assert_eq!(server.get("/connectors").json(), json!(["a"]));
+    let expanded = server.get("/connectors?expand=status").json();
+    assert_eq!(expanded["a"]["status"]["name"], "a");
+    assert!(expanded["a"].get("info").is_none());
+    let both = server.get("/connectors?expand=status&expand=info").json();
+    assert_eq!(both["a"]["info"]["config"]["topic"], "a");
+    assert_eq!(both["a"]["status"]["connector"]["state"], "RUNNING");
+    assert!(server.get("/connectors?expand=info").json()["a"].get("status").is_none());
+
+    let info = server.get("/connectors/a").json();
+    assert_eq!(info["tasks"], json!([{"connector": "a", "task": 0}, {"connector": "a", "task": 1}]));
+    let config = server.get("/connectors/a/config").json();
+    assert_eq!(config["name"], "a");
+    assert_eq!(config["tasks.max"], "2");
+
+    let tasks = server.get("/connectors/a/tasks").json();
+    assert_eq!(tasks[1]["id"], json!({"connector": "a", "task": 1}));
+    assert_eq!(tasks[1]["config"]["connector.class"], "counter");
+    let task = server.get("/connectors/a/tasks/1/status").json();
+    assert_eq!(task["id"], 1);
+    assert_eq!(task["state"], "RUNNING");
+    assert!(server.get("/connectors/a/tasks/7/status").assert_error(404).contains("a-7"));
+    server.get("/connectors/a/tasks/x/status").assert_error(404);
+
+    // Restarts: one task (204; a new instance), the connector (204), with tasks (202 with
+    // what restarts RESTARTING), only failed (nothing failed: nothing RESTARTING).
+    let instance = task["instance"].clone();
+    assert_eq!(server.call("POST", "/connectors/a/tasks/1/restart", None, None).status, 204);
+    server.wait_for("task 1 in a new instance", "/connectors/a/tasks/1/status", None, |t| {
+        t["instance"] != instance && t["state"] == "RUNNING"
+    });
+    server.call("POST", "/connectors/a/tasks/9/restart", None, None).assert_error(404);
+    assert_eq!(server.call("POST", "/connectors/a/restart", None, None).status, 204);
+    server.wait_for("a RUNNING", "/connectors/a/status", None, |s| all_in(s, "RUNNING", 2));
+    let restarting = server.call("POST", "/connectors/a/restart?includeTasks=true", None, None);
+    assert_eq!(restarting.status, 202, "{restarting:?}");
+    assert!(all_in(&restarting.json(), "RESTARTING", 2), "{restarting:?}");
+    server.wait_for("a RUNNING", "/connectors/a/status", None, |s| all_in(s, "RUNNING", 2));
+    let only_failed = server.call("POST", "/connectors/a/restart?includeTasks=True&onlyFailed=TRUE", None, None);
+    assert_eq!(only_failed.status, 202);
+    assert!(all_in(&only_failed.json(), "RUNNING", 2), "nothing failed, nothing restarts: {only_failed:?}");
+    server.call("POST", "/connectors/a/restart?onlyFailed=perhaps", None, None).assert_error(400);
+
+    // Pause and resume: 202.
+    assert_eq!(server.call("PUT", "/connectors/a/pause", None, None).status, 202);
+    server.wait_for("a PAUSED", "/connectors/a/status", None, |s| all_in(s, "PAUSED", 2));
+    assert_eq!(server.call("PUT", "/connectors/a/resume", None, None).status, 202);
+    server.wait_for("a RUNNING", "/connectors/a/status", None, |s| all_in(s, "RUNNING", 2));
+
+    // Update the config: 200 for an existing connector, 201 for a new one; the name in the
+    // body must match the URL's.
+    let update = json!({"connector.class": "counter", "topic": "a", "tasks.max": "1", "records.per.second": "200"});
+    let updated = server.call("PUT", "/connectors/a/config", None, Some(&update.to_string()));
+    assert_eq!(updated.status, 200, "{updated:?}");
+    assert_eq!(updated.json()["config"]["tasks.max"], "1");
+    server.wait_for("a with one task", "/connectors/a/status", None, |s| all_in(s, "RUNNING", 1));
+    let wrong_name = json!({"name": "b", "connector.class": "counter", "topic": "a"}).to_string();
+    server.call("PUT", "/connectors/a/config", None, Some(&wrong_name)).assert_error(400);
+    let new = json!({"connector.class": "counter", "topic": "b", "record.count": "10"});
+    let created = server.call("PUT", "/connectors/b/config", None, Some(&new.to_string()));
+    assert_eq!(created.status, 201, "{created:?}");
+    assert_eq!(created.json()["config"]["name"], "b");
+    let bad_update = json!({"connector.class": "counter", "topic": "b", "batch.size": "many"}).to_string();
+    assert!(
+        server.call("PUT", "/connectors/b/config", None, Some(&bad_update)).assert_error(400).contains("batch.size")
+    );
+
+    // Delete: 204, then 404.
+    assert_eq!(server.call("DELETE", "/connectors/b", None, None).status, 204);
+    server.get("/connectors/b").assert_error(404);
+    server.call("DELETE", "/connectors/b", None, None).assert_error(404);
+    assert_eq!(server.get("/connectors").json(), json!(["a"]));
+
+    // Metrics name the connector's tasks; the update just relaunched task 0, so wait for a write.
+    let metrics_body = wait_until("a write counted for a/0", || {
+        let metrics = server.get("/metrics");
+        assert_eq!(metrics.status, 200);
+        assert!(metrics.content_type.starts_with("text/plain"), "{metrics:?}");
+        let written: f64 = metrics
+            .body
+            .lines()
+            .find(|l| l.starts_with(r#"sluice_source_record_write_total{tenant="default",connector="a",task="0"}"#))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no write total for a/0:\n{}", metrics.body));
+        (written > 0.0).then_some(metrics.body)
+    });
+    assert!(metrics_body.contains(r#"sluice_connector_status{tenant="default",connector="a",state="RUNNING"} 1"#));
+
+    // The data directory keeps the cluster id.
+    let mut server = server;
+    assert!(server.terminate().success());
+    let server = Server::start(&data, &dir.path().join("plugins"), None);
+    assert_eq!(server.get("/").json()["kafka_cluster_id"], cluster_id.as_str());
+    server.wait_for("a back RUNNING", "/connectors/a/status", None, |s| all_in(s, "RUNNING", 1));
+}
+
+#[test]
+fn offsets_change_while_stopped_and_resume_continues_from_them() {
+    const COUNT: u64 = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut server = Server::start(&data, &plugin_folder(dir.path(), &["counter"]), None);
+    let config = json!({ "name": "o", "config": {
+        "connector.class": "counter", "topic": "o", "tasks.max": "1",
+        "record.count": COUNT.to_string(), "records.per.second": "300", "batch.size": "10" } });
+    assert_eq!(server.call("POST", "/connectors", None, Some(&config.to_string())).status, 201);
+    server.wait_for("records committed", "/connectors/o/offsets", None, |o| {
+        o["offsets"].as_array().is_some_and(|list| !list.is_empty())
+    });
+
+    // Offsets cannot change while it runs (nor while paused).
+    let running = server.call("DELETE", "/connectors/o/offsets", None, None).assert_error(400);
+    assert!(running.contains("STOPPED"), "{running}");
+    let patch = json!({"offsets": [{"partition": {"counter": 0}, "offset": {"seq": COUNT - 11}}]}).to_string();
+    server.call("PATCH", "/connectors/o/offsets", None, Some(&patch)).assert_error(400);
+
+    // Stop: 204, STOPPED with no tasks, offsets committed first.
+    assert_eq!(server.call("PUT", "/connectors/o/stop", None, None).status, 204);
+    let stopped = server.get("/connectors/o/status").json();
+    assert_eq!(stopped["connector"]["state"], "STOPPED");
+    assert_eq!(stopped["tasks"], json!([]));
+    let offsets = server.get("/connectors/o/offsets").json();
+    let seq = offsets["offsets"][0]["offset"]["seq"].as_u64().unwrap();
+    assert_eq!(offsets["offsets"][0]["partition"], json!({"counter": 0}));
+    assert!(seq < COUNT - 11, "stopped before the end: {seq}");
+
+    // Bad bodies are 400s; the reset forgets everything; the patch sets the offset.
+    for body in
+        ["{}", r#"{"offsets": [{"offset": {"seq": 1}}]}"#, r#"{"offsets": [{"partition": 3, "offset": null}]}"#, "[1"]
+    {
+        server.call("PATCH", "/connectors/o/offsets", None, Some(body)).assert_error(400);
+    }
+    let reset = server.call("DELETE", "/connectors/o/offsets", None, None);
+    assert_eq!(reset.json()["message"], "The offsets for this connector have been reset successfully");
+    assert_eq!(server.get("/connectors/o/offsets").json(), json!({"offsets": []}));
+    let patched = server.call("PATCH", "/connectors/o/offsets", None, Some(&patch));
+    assert_eq!(patched.status, 200, "{patched:?}");
+    assert_eq!(patched.json()["message"], "The offsets for this connector have been altered successfully");
+    assert_eq!(server.get("/connectors/o/offsets").json()["offsets"][0]["offset"], json!({"seq": COUNT - 11}));
+
+    // Resume: it continues after the new offset, to the end.
+    assert_eq!(server.call("PUT", "/connectors/o/resume", None, None).status, 202);
+    server.wait_for("the last record committed", "/connectors/o/offsets", None, |o| {
+        o["offsets"][0]["offset"]["seq"].as_u64() == Some(COUNT - 1)
+    });
+    assert!(server.terminate().success());
+    let records = counter_records(&data, "default", "o");
+    let (before, after): (Vec<_>, Vec<_>) = records.iter().partition(|(_, s)| *s <= seq);
+    assert!(before.iter().map(|(_, s)| *s).eq(0..=seq), "before the stop: 0..={seq} once each");
+    assert!(after.iter().map(|(_, s)| *s).eq(COUNT - 10..COUNT), "after the patch: the last ten, once each: {after:?}");
+}
+
+#[test]
+fn plugin_endpoints_list_describe_and_validate() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_folder(dir.path(), &["counter", "file-pulse"]);
+    let server = Server::start(&dir.path().join("data"), &plugins, None);
+
+    let listed = server.get("/connector-plugins").json();
+    assert_eq!(
+        listed,
+        json!([{"class": "counter", "type": "source", "version": "0.1.0"}, {"class": "file-pulse", "type": "source", "version": "0.2.0"}])
+    );
+    assert_eq!(server.get("/connector-plugins?connectorsOnly=False").json(), listed);
+
+    let keys = server.get("/connector-plugins/counter/config").json();
+    let names: Vec<&str> = keys.as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
+    for expected in ["connector.class", "tasks.max", "topic", "record.count"] {
+        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+    }
+    let topic = keys.as_array().unwrap().iter().find(|k| k["name"] == "topic").unwrap();
+    assert_eq!(topic["required"], true);
+    assert_eq!(topic["group"], "counter");
+    server.get("/connector-plugins/nope/config").assert_error(404);
+
+    // Validate: 200 even for a bad config, every problem under its key.
+    let bad = json!({"connector.class": "counter", "tasks.max": "0", "batch.size": "lots"}).to_string();
+    let report = server.call("PUT", "/connector-plugins/counter/config/validate", None, Some(&bad));
+    assert_eq!(report.status, 200, "{report:?}");
+    let report = report.json();
+    assert_eq!(report["name"], "counter");
+    let errors = |key: &str| -> Vec<String> {
+        let config = report["configs"].as_array().unwrap().iter().find(|c| c["value"]["name"] == key);
+        let config = config.unwrap_or_else(|| panic!("{key} not in {report}"));
+        config["value"]["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(errors("tasks.max").len(), 1, "{report}");
+    assert_eq!(errors("topic").len(), 1, "the plugin's required key: {report}");
+    assert_eq!(errors("batch.size").len(), 1, "the plugin's typed key: {report}");
+    assert_eq!(errors("name").len(), 1, "Connect reports a missing name: {report}");
+    assert!(errors("record.count").is_empty());
+    assert_eq!(report["error_count"], 4, "{report}");
+    assert!(report["groups"].as_array().unwrap().contains(&json!("Common")));
+
+    let good = json!({"name": "g", "connector.class": "counter", "topic": "t"}).to_string();
+    let report = server.call("PUT", "/connector-plugins/counter/config/validate", None, Some(&good)).json();
+    assert_eq!(report["error_count"], 0, "{report}");
+    // The plugin's own validate: file-pulse refuses a directory it cannot read.
+    let pulse = json!({"name": "p", "topic": "t", "fs.listing.directory.path": "/no/such/dir"}).to_string();
+    let report = server.call("PUT", "/connector-plugins/file-pulse/config/validate/", None, Some(&pulse)).json();
+    assert!(report["error_count"].as_u64().unwrap() >= 1, "{report}");
+    let other = json!({"connector.class": "file-pulse"}).to_string();
+    server.call("PUT", "/connector-plugins/counter/config/validate", None, Some(&other)).assert_error(400);
+    server.call("PUT", "/connector-plugins/nope/config/validate", None, Some("{}")).assert_error(404);
+
+    assert_eq!(server.get("/sluice/rejected-plugins").json(), json!([]));
+    let openapi = server.get("/openapi.json").json();
+    assert!(openapi["paths"]["/connectors/{name}/offsets"]["patch"].is_object());
+}
+
+#[test]
+fn errors_are_connect_json_and_input_is_taken_liberally() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), None);
+    let host = server.base.trim_start_matches("http://").to_string();
+
+    // The framework's own errors are Connect's JSON too.
+    assert!(server.get("/no/such/path").assert_error(404).contains("404"));
+    let wrong_method = server.call("DELETE", "/connectors", None, None);
+    wrong_method.assert_error(405);
+    assert!(wrong_method.header("allow").is_some_and(|a| a.contains("GET") && a.contains("POST")));
+    let huge =
+        format!(r#"{{"name": "h", "config": {{"connector.class": "counter", "topic": "{}"}}}}"#, "x".repeat(2 << 20));
+    server.call("POST", "/connectors", None, Some(&huge)).assert_error(413);
+    for body in [
+        "{",
+        "[]",
+        "\"text\"",
+        "{\"name\": \"m\"}",
+        "{\"name\": 5, \"config\": {}}",
+        "{\"name\": \"m\", \"config\": []}",
+    ] {
+        server.call("POST", "/connectors", None, Some(body)).assert_error(400);
+    }
+    server.call("POST", "/connectors", None, None).assert_error(400);
+    server.call("POST", "/connectors/a/tasks/99999999999999999999/restart", None, None).assert_error(404);
+
+    // A JSON content type with parameters, and none at all.
+    let body = json!({"name": "lib", "config": {"connector.class": "counter", "topic": "lib", "record.count": "5"}})
+        .to_string();
+    let request = format!(
+        "POST /connectors HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, answer) = server.raw(&request);
+    assert_eq!(status, 201, "{answer}");
+    let body = json!({"name": "lib2", "config": {"connector.class": "counter", "topic": "lib", "record.count": "5"}})
+        .to_string();
+    let request = format!(
+        "POST /connectors/ HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, answer) = server.raw(&request);
+    assert_eq!(status, 201, "no content type, trailing slash: {answer}");
+    // No body and no content type; trailing slashes anywhere.
+    let (status, answer) =
+        server.raw(&format!("PUT /connectors/lib/pause/ HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"));
+    assert_eq!(status, 202, "{answer}");
+    let (status, answer) =
+        server.raw(&format!("GET /connectors/lib/status/ HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"));
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) =
+        server.raw(&format!("POST /connectors/lib/restart/?includeTasks=TRUE&onlyFailed=False HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"));
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(server.get("/connectors/?expand=STATUS").json()["lib"]["status"]["name"], "lib");
+    wait_until("lib's five records", || {
+        let offsets = server.get("/connectors/lib2/offsets").json();
+        (offsets["offsets"][0]["offset"]["seq"] == 4).then_some(())
+    });
+}

@@ -1,0 +1,81 @@
+//! Concurrent requests: 50 parallel creates of one name give exactly one 201 (the rest
+//! 409), and 200 connectors created through the API by parallel clients are all listed
+//! with their status. (How fast that list answers is `sluice-bench rest`.)
+
+use std::sync::{Arc, Barrier};
+
+use serde_json::json;
+
+use super::{Server, plugin_folder};
+use crate::wait_until;
+
+#[test]
+fn parallel_creates_of_one_name_make_one_connector() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Arc::new(Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), None));
+    let barrier = Arc::new(Barrier::new(50));
+    let threads: Vec<_> = (0..50)
+        .map(|i| {
+            let (server, barrier) = (server.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                // Each a different config, so the winner is visible.
+                let body = json!({"name": "same", "config": {"connector.class": "counter", "topic": format!("t{i}")}});
+                barrier.wait();
+                let reply = server.call("POST", "/connectors", None, Some(&body.to_string()));
+                (i, reply)
+            })
+        })
+        .collect();
+    let replies: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let created: Vec<_> = replies.iter().filter(|(_, r)| r.status == 201).collect();
+    assert_eq!(
+        created.len(),
+        1,
+        "exactly one create wins: {:?}",
+        replies.iter().map(|(_, r)| r.status).collect::<Vec<_>>()
+    );
+    for (_, reply) in replies.iter().filter(|(_, r)| r.status != 201) {
+        assert!(reply.assert_error(409).contains("already exists"));
+    }
+    let winner = created[0].0;
+    assert_eq!(server.get("/connectors").json(), json!(["same"]));
+    assert_eq!(server.get("/connectors/same/config").json()["topic"], format!("t{winner}"));
+    server.wait_for("the winner running", "/connectors/same/status", None, |s| s["connector"]["state"] == "RUNNING");
+}
+
+#[test]
+fn two_hundred_connectors_created_in_parallel_are_all_listed_with_their_status() {
+    const CONNECTORS: usize = 200;
+    const CLIENTS: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Arc::new(Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), None));
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                for n in (client..CONNECTORS).step_by(CLIENTS) {
+                    let body = json!({"name": format!("c{n:03}"), "config": {
+                        "connector.class": "counter", "topic": format!("t{n:03}"), "record.count": "3"}});
+                    let reply = server.call("POST", "/connectors", None, Some(&body.to_string()));
+                    assert_eq!(reply.status, 201, "c{n:03}: {reply:?}");
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let names = server.get("/connectors").json();
+    let expected: Vec<String> = (0..CONNECTORS).map(|n| format!("c{n:03}")).collect();
+    assert_eq!(names, json!(expected));
+    let listed = wait_until("every connector RUNNING", || {
+        let listed = server.get("/connectors?expand=status&expand=info").json();
+        let all = listed.as_object().unwrap();
+        (all.len() == CONNECTORS && all.values().all(|c| c["status"]["connector"]["state"] == "RUNNING"))
+            .then_some(listed)
+    });
+    for name in &expected {
+        assert_eq!(listed[name]["info"]["config"]["topic"], name.replace('c', "t"));
+        assert_eq!(listed[name]["status"]["name"], name.as_str());
+    }
+}

@@ -1,0 +1,182 @@
+//! The tenancy matrix: two tenants and the operator through every endpoint. A tenant never
+//! reads, changes, restarts, deletes or sees the offsets of another's connector (those are
+//! 404s, never 403s), names are per tenant, quotas and roots are checked on create and
+//! update, and every request without a valid token is a 401.
+
+use serde_json::json;
+
+use super::{Server, all_in, plugin_folder};
+
+const ACME: &str = "acme-token";
+const GLOBEX: &str = "globex-token";
+const OPERATOR: &str = "operator-token";
+
+fn counter(name: &str, topic: &str) -> String {
+    json!({"name": name, "config": {"connector.class": "counter", "topic": topic, "records.per.second": "100"}})
+        .to_string()
+}
+
+/// Every endpoint about one connector: (method, path after `/connectors/{name}`, body).
+const CONNECTOR_ENDPOINTS: &[(&str, &str, Option<&str>)] = &[
+    ("GET", "", None),
+    ("DELETE", "", None),
+    ("GET", "/config", None),
+    ("GET", "/status", None),
+    ("POST", "/restart", None),
+    ("POST", "/restart?includeTasks=true", None),
+    ("PUT", "/pause", None),
+    ("PUT", "/resume", None),
+    ("PUT", "/stop", None),
+    ("GET", "/tasks", None),
+    ("GET", "/tasks/0/status", None),
+    ("POST", "/tasks/0/restart", None),
+    ("GET", "/offsets", None),
+    ("PATCH", "/offsets", Some(r#"{"offsets": [{"partition": {"counter": 0}, "offset": null}]}"#)),
+    ("DELETE", "/offsets", None),
+];
+
+/// Every other endpoint: (method, path, body).
+const WORKER_ENDPOINTS: &[(&str, &str, Option<&str>)] = &[
+    ("GET", "/", None),
+    ("GET", "/connectors", None),
+    ("GET", "/connectors?expand=status&expand=info", None),
+    ("POST", "/connectors", Some(r#"{"name": "n", "config": {"connector.class": "counter", "topic": "t"}}"#)),
+    ("PUT", "/connectors/n/config", Some(r#"{"connector.class": "counter", "topic": "t"}"#)),
+    ("GET", "/connector-plugins", None),
+    ("GET", "/connector-plugins/counter/config", None),
+    ("PUT", "/connector-plugins/counter/config/validate", Some(r#"{"topic": "t"}"#)),
+    ("GET", "/sluice/rejected-plugins", None),
+    ("GET", "/metrics", None),
+];
+
+#[test]
+fn tenants_see_and_touch_only_their_own_connectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::canonicalize(path).unwrap()
+    };
+    let (acme_root, globex_root) = (root("acme"), root("globex"));
+    let toml = format!(
+        "[operator]\ntoken_sha256 = \"{}\"\n\n\
+         [[tenant]]\nname = \"acme\"\ntoken_sha256 = \"{}\"\nroots = [\"{}\"]\n[tenant.quotas]\nconnectors = 2\n\n\
+         [[tenant]]\nname = \"globex\"\ntoken_sha256 = \"{}\"\nroots = [\"{}\"]\n",
+        sluice::config::hash_token(OPERATOR),
+        sluice::config::hash_token(ACME),
+        acme_root.display(),
+        sluice::config::hash_token(GLOBEX),
+        globex_root.display(),
+    );
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, toml).unwrap();
+    let server = Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), Some(&config));
+
+    // Names are per tenant: both have `files`; globex also has `g-only`.
+    assert_eq!(server.call("POST", "/connectors", Some(ACME), Some(&counter("files", "acme-files"))).status, 201);
+    assert_eq!(server.call("POST", "/connectors", Some(GLOBEX), Some(&counter("files", "globex-files"))).status, 201);
+    assert_eq!(server.call("POST", "/connectors", Some(GLOBEX), Some(&counter("g-only", "g"))).status, 201);
+    assert_eq!(server.call("GET", "/connectors/files/config", Some(ACME), None).json()["topic"], "acme-files");
+    assert_eq!(server.call("GET", "/connectors/files/config", Some(GLOBEX), None).json()["topic"], "globex-files");
+    assert_eq!(server.call("GET", "/connectors", Some(ACME), None).json(), json!(["files"]));
+    assert_eq!(server.call("GET", "/connectors", Some(GLOBEX), None).json(), json!(["files", "g-only"]));
+    let expanded = server.call("GET", "/connectors?expand=status", Some(ACME), None).json();
+    assert_eq!(expanded.as_object().unwrap().keys().collect::<Vec<_>>(), ["files"]);
+    server.wait_for("g-only running", "/connectors/g-only/status", Some(GLOBEX), |s| all_in(s, "RUNNING", 1));
+    server.wait_for("g-only committed", "/connectors/g-only/offsets", Some(GLOBEX), |o| o["offsets"][0].is_object());
+
+    // Another tenant's connector does not exist for acme, however it is named: every
+    // answer is the one for a name nobody has.
+    for (name, never) in [("g-only", "never"), ("globex%2Fg-only", "globex%2Fnever")] {
+        for (method, suffix, body) in CONNECTOR_ENDPOINTS {
+            let reply = server.call(method, &format!("/connectors/{name}{suffix}"), Some(ACME), *body);
+            let nobody = server.call(method, &format!("/connectors/{never}{suffix}"), Some(ACME), *body);
+            reply.assert_error(404);
+            let unnamed = |text: &str| text.replace("g-only", "NAME").replace("never", "NAME");
+            assert_eq!(
+                unnamed(&reply.body),
+                unnamed(&nobody.body),
+                "{method} {name}{suffix} differs from a missing connector"
+            );
+        }
+    }
+    // Acme's PUT of that name makes acme's own connector; globex's is untouched.
+    let own = server.call(
+        "PUT",
+        "/connectors/g-only/config",
+        Some(ACME),
+        Some(r#"{"connector.class": "counter", "topic": "mine"}"#),
+    );
+    assert_eq!(own.status, 201, "{own:?}");
+    let theirs = server.call("GET", "/connectors/g-only/config", Some(GLOBEX), None).json();
+    assert_eq!(theirs["topic"], "g");
+    let status = server.call("GET", "/connectors/g-only/status", Some(GLOBEX), None).json();
+    assert!(all_in(&status, "RUNNING", 1), "acme's requests changed globex's connector: {status}");
+    assert!(server.call("GET", "/connectors/g-only/offsets", Some(GLOBEX), None).json()["offsets"][0].is_object());
+    assert_eq!(server.call("DELETE", "/connectors/g-only", Some(ACME), None).status, 204);
+    assert_eq!(server.call("GET", "/connectors/g-only", Some(GLOBEX), None).status, 200);
+
+    // Without a token, or with a wrong one: 401 everywhere but the API's description.
+    for (method, path, body) in CONNECTOR_ENDPOINTS
+        .iter()
+        .map(|(m, s, b)| (*m, format!("/connectors/files{s}"), *b))
+        .chain(WORKER_ENDPOINTS.iter().map(|(m, p, b)| (*m, p.to_string(), *b)))
+    {
+        server.call(method, &path, None, body).assert_error(401);
+        server.call(method, &path, Some("not-a-token"), body).assert_error(401);
+        let basic = server.call_with(method, &path, &[("Authorization", "Basic YWNtZTphY21l".into())], body);
+        basic.assert_error(401);
+    }
+    assert_eq!(server.get("/openapi.json").status, 200);
+    assert_eq!(server.call("GET", "/connectors/files/status", Some(GLOBEX), None).status, 200, "still there");
+
+    // Quotas and roots, with the key named in the 400.
+    assert_eq!(server.call("POST", "/connectors", Some(ACME), Some(&counter("second", "s"))).status, 201);
+    let over = server.call("POST", "/connectors", Some(ACME), Some(&counter("third", "t"))).assert_error(400);
+    assert!(over.contains("name") && over.contains("quota"), "{over}");
+    let outside = json!({"connector.class": "counter", "topic": "t", "sandbox.fs.read": globex_root});
+    let refused =
+        server.call("PUT", "/connectors/second/config", Some(ACME), Some(&outside.to_string())).assert_error(400);
+    assert!(refused.contains("sandbox.fs.read") && refused.contains("outside"), "{refused}");
+    let inside = json!({"connector.class": "counter", "topic": "t", "sandbox.fs.read": acme_root});
+    assert_eq!(server.call("PUT", "/connectors/second/config", Some(ACME), Some(&inside.to_string())).status, 200);
+    let sneaky = json!({"name": "x", "config": {"connector.class": "counter", "topic": "t", "tenant": "globex"}});
+    assert!(server.call("POST", "/connectors", Some(GLOBEX), Some(&sneaky.to_string())).status == 201);
+    let sneaky = json!({"name": "y", "config": {"connector.class": "counter", "topic": "t", "tenant": "globex"}});
+    assert!(
+        server.call("POST", "/connectors", Some(ACME), Some(&sneaky.to_string())).assert_error(400).contains("tenant")
+    );
+    let report = server.call(
+        "PUT",
+        "/connector-plugins/counter/config/validate",
+        Some(ACME),
+        Some(&json!({"name": "q", "topic": "t"}).to_string()),
+    );
+    assert!(report.json()["error_count"].as_u64().unwrap() >= 1, "acme's quota shows in validate: {}", report.body);
+    // The tenant's config does not show the tenant key; the operator's does.
+    assert!(server.call("GET", "/connectors/second/config", Some(ACME), None).json().get("tenant").is_none());
+
+    // Metrics are the operator's.
+    server.call("GET", "/metrics", Some(ACME), None).assert_error(403);
+    let metrics = server.call("GET", "/metrics", Some(OPERATOR), None);
+    assert_eq!(metrics.status, 200);
+    assert!(metrics.body.contains(r#"tenant="globex",connector="g-only""#), "{}", metrics.body);
+
+    // The operator sees every tenant, by qualified names or with X-Sluice-Tenant.
+    let all = server.call("GET", "/connectors", Some(OPERATOR), None).json();
+    assert_eq!(all, json!(["acme/files", "acme/second", "globex/files", "globex/g-only", "globex/x"]));
+    let status = server.call("GET", "/connectors/globex%2Fg-only/status", Some(OPERATOR), None).json();
+    assert_eq!(status["name"], "globex/g-only");
+    let about_acme = [("Authorization", format!("Bearer {OPERATOR}")), ("X-Sluice-Tenant", "acme".to_string())];
+    assert_eq!(server.call_with("GET", "/connectors", &about_acme, None).json(), json!(["files", "second"]));
+    assert_eq!(server.call_with("GET", "/connectors/files/config", &about_acme, None).json()["topic"], "acme-files");
+    server.call_with("GET", "/connectors/g-only", &about_acme, None).assert_error(404);
+    let made = server.call("POST", "/connectors", Some(OPERATOR), Some(&counter("globex/by-op", "op")));
+    assert_eq!(made.status, 201, "{made:?}");
+    assert_eq!(made.json()["name"], "globex/by-op");
+    assert_eq!(server.call("GET", "/connectors/by-op/config", Some(GLOBEX), None).json()["topic"], "op");
+    assert_eq!(server.call("PUT", "/connectors/globex%2Fby-op/pause", Some(OPERATOR), None).status, 202);
+    server.wait_for("by-op paused", "/connectors/by-op/status", Some(GLOBEX), |s| s["connector"]["state"] == "PAUSED");
+    assert_eq!(server.call("DELETE", "/connectors/globex%2Fby-op", Some(OPERATOR), None).status, 204);
+    server.call("GET", "/connectors/by-op", Some(GLOBEX), None).assert_error(404);
+}
