@@ -8,6 +8,7 @@
 //! cargo run --release -p sluice-bench -- fairness    # counter alone vs beside busy plugins
 //! cargo run --release -p sluice-bench -- languages   # Rust, Python and JavaScript connectors
 //! cargo run --release -p sluice-bench -- directory   # file-pulse on 1,000 to 100,000 files
+//! cargo run --release -p sluice-bench -- rest        # GET /connectors with 200 connectors
 //! ```
 
 mod directory;
@@ -15,6 +16,7 @@ mod fairness;
 mod files;
 mod languages;
 mod poll;
+mod rest;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -104,6 +106,18 @@ enum Bench {
         #[arg(long, default_value_t = 1024)]
         mib: u64,
     },
+    /// `GET /connectors?expand=status` (and friends) on a real `sluice serve` with many
+    /// connectors created through the API.
+    Rest {
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// Counter connectors to create.
+        #[arg(long, default_value_t = 200)]
+        connectors: usize,
+        /// Timed requests per kind of listing.
+        #[arg(long, default_value_t = 50)]
+        requests: usize,
+    },
 }
 
 /// The build puts the test fixtures beside the shipped plugins (`target/test-plugins`).
@@ -168,6 +182,11 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
         Bench::Files { plugins, mib } => {
             let rows = files::files(&plugins.plugin_path, mib).await?;
             files::print_files_table(&rows);
+        }
+        Bench::Rest { plugins, connectors, requests } => {
+            let rows =
+                tokio::task::spawn_blocking(move || rest::rest(&plugins.plugin_path, connectors, requests)).await??;
+            rest::print_rest_table(&rows, requests);
         }
     }
     Ok(())

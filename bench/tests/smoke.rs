@@ -41,3 +41,11 @@ fn directory_prints_flat_and_nested_rows() {
     assert!(table.lines().any(|l| l.contains(" flat ")), "{table}");
     assert!(table.lines().any(|l| l.contains(" nested ")), "{table}");
 }
+
+#[test]
+fn rest_prints_each_listing() {
+    let table = table(bench(&["rest", "--connectors", "5", "--requests", "3"]));
+    for request in ["?expand=status ", "?expand=status&expand=info ", "(names only) "] {
+        assert!(table.lines().any(|l| l.starts_with(request)), "{request}: {table}");
+    }
+}
