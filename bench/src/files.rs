@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sluice::config::{ConnectorConfig, DEFAULT_TENANT, StorageConfig};
+use sluice::config::{ConnectorConfig, DEFAULT_TENANT, WorkerConfig};
 use sluice::connect::Herder;
 use sluice::storage::{DataDir, Namespace, Stores};
 
@@ -57,7 +57,7 @@ pub async fn files(plugin_dir: &Path, megabytes: u64) -> anyhow::Result<Vec<File
         .to_string()
     };
     let done = |data: &Path| -> bool {
-        let Ok(stores) = Stores::open_existing(&StorageConfig::default(), &DataDir::new(data)) else { return false };
+        let Ok(stores) = Stores::open_existing(&WorkerConfig::default(), &DataDir::new(data)) else { return false };
         let offsets = stores.offsets().all_offsets(&Namespace::new(DEFAULT_TENANT, "bench")).unwrap_or_default();
         offsets.iter().any(|(_, o)| o.contains("\"done\":true"))
     };

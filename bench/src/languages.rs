@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sluice::config::{SandboxSettings, StorageConfig};
+use sluice::config::{SandboxSettings, WorkerConfig};
 use sluice::runtime::{InstanceContext, Registry, Runtime};
 use sluice::storage::{DataDir, Namespace, Stores};
 
@@ -52,7 +52,7 @@ const LANGUAGE_PLUGINS: &[(&str, &str, KeyValues)] = &[
 pub async fn languages(plugin_dir: &Path, seconds: u64, instantiations: usize) -> anyhow::Result<Vec<LanguageRow>> {
     let runtime = Runtime::new()?;
     let scratch = std::env::temp_dir().join(format!("sluice-bench-languages-{}", std::process::id()));
-    let stores = Stores::open(&StorageConfig::default(), &DataDir::new(&scratch))?;
+    let stores = Stores::open(&WorkerConfig::default(), &DataDir::new(&scratch))?;
     let mut rows = Vec::new();
     for &(plugin, language, config) in LANGUAGE_PLUGINS {
         // A folder holding only this plugin, so each load times one component.

@@ -9,11 +9,13 @@
 //! cargo run --release -p sluice-bench -- languages   # Rust, Python and JavaScript connectors
 //! cargo run --release -p sluice-bench -- directory   # file-pulse on 1,000 to 100,000 files
 //! cargo run --release -p sluice-bench -- rest        # GET /connectors with 200 connectors
+//! cargo run --release -p sluice-bench -- kafka       # file-pulse into Kafka vs a bare rdkafka producer
 //! ```
 
 mod directory;
 mod fairness;
 mod files;
+mod kafka;
 mod languages;
 mod poll;
 mod rest;
@@ -106,6 +108,25 @@ enum Bench {
         #[arg(long, default_value_t = 1024)]
         mib: u64,
     },
+    /// MB/s streaming one file of 100-byte lines with file-pulse into Kafka, beside a bare
+    /// rdkafka producer sending the same lines to the same broker.
+    Kafka {
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// File size in MiB.
+        #[arg(long, default_value_t = 64)]
+        mib: u64,
+        /// A broker to use; without it, a nisshi process is started (--broker).
+        #[arg(long, value_name = "HOST:PORT")]
+        bootstrap: Option<String>,
+        /// The broker binary to start when --bootstrap is not given.
+        #[arg(long, default_value_os_t = kafka::default_broker())]
+        broker: PathBuf,
+        /// Use librdkafka's in-process mock cluster instead of a broker (the clients' cost
+        /// alone).
+        #[arg(long, conflicts_with = "bootstrap")]
+        mock: bool,
+    },
     /// `GET /connectors?expand=status` (and friends) on a real `sluice serve` with many
     /// connectors created through the API.
     Rest {
@@ -182,6 +203,15 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
         Bench::Files { plugins, mib } => {
             let rows = files::files(&plugins.plugin_path, mib).await?;
             files::print_files_table(&rows);
+        }
+        Bench::Kafka { plugins, mib, bootstrap, broker, mock } => {
+            let name = match (&bootstrap, mock) {
+                (Some(bootstrap), _) => bootstrap.clone(),
+                (None, true) => "librdkafka's mock cluster".into(),
+                (None, false) => format!("nisshi at {}", broker.display()),
+            };
+            let rows = kafka::kafka(&plugins.plugin_path, mib, bootstrap, &broker, mock).await?;
+            kafka::print_kafka_table(&rows, &name);
         }
         Bench::Rest { plugins, connectors, requests } => {
             let rows =

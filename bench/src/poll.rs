@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sluice::config::{SandboxSettings, StorageConfig};
+use sluice::config::{SandboxSettings, WorkerConfig};
 use sluice::runtime::bindings::SourceRecord;
 use sluice::runtime::{InstanceContext, Registry, Runtime};
 use sluice::storage::{DataDir, Namespace, Stores};
@@ -35,7 +35,7 @@ pub async fn poll(
 ) -> anyhow::Result<Vec<BenchRow>> {
     let runtime = Runtime::new()?;
     let scratch = DataDir::new(std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id())));
-    let stores = Stores::open(&StorageConfig::default(), &scratch)?;
+    let stores = Stores::open(&WorkerConfig::default(), &scratch)?;
     let registry = Registry::load(&runtime, plugin_dir, &scratch.compile_cache()).await?;
     let plugin = registry.get("counter").with_context(|| format!("no counter.wasm in {}", plugin_dir.display()))?;
     let config: Vec<(String, String)> =

@@ -49,3 +49,11 @@ fn rest_prints_each_listing() {
         assert!(table.lines().any(|l| l.starts_with(request)), "{request}: {table}");
     }
 }
+
+#[test]
+fn kafka_prints_the_bare_producer_and_sluice_on_the_mock_cluster() {
+    let table = table(bench(&["kafka", "--mock", "--mib", "2"]));
+    for path in ["rdkafka ", "sluice "] {
+        assert!(table.lines().any(|l| l.starts_with(path)), "{path}: {table}");
+    }
+}

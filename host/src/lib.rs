@@ -6,9 +6,9 @@
 //! | layer | owns |
 //! |---|---|
 //! | [`config`] | connector configs, the host's keys (each defined once), the worker config (`sluice.toml`) |
-//! | [`storage`] | the store traits, the one place that builds them ([`storage::Stores::open`]), the SQLite backend, the data directory |
+//! | [`storage`] | the store traits, the one place that builds them ([`storage::Stores::open`]), the SQLite and Kafka backends, the data directory |
 //! | [`runtime`] | the engine and sandboxes, the plugin folder and compile cache, the WIT bindings, plugin logs |
-//! | [`destinations`] | where records go: `local` (exactly-once) or `stdout` |
+//! | [`destinations`] | where records go: `local` (exactly-once), `stdout` or `kafka` (at-least-once, or KIP-618 transactions) |
 //! | [`connect`] | Kafka Connect's runtime: herder, admission, reconfiguration, task runner, record checks, statuses |
 //! | [`api`] | Kafka Connect's REST API over the herder: routes, tokens and tenants, metrics, the OpenAPI document |
 //! | [`cli`] | the `sluice` command line |

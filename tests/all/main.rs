@@ -12,6 +12,7 @@ mod file_pulse_edges;
 mod files;
 mod hostile;
 mod imports;
+mod kafka;
 mod languages;
 mod reconfigure;
 #[path = "../support/record_path.rs"]

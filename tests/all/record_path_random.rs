@@ -4,7 +4,7 @@
 //! caps; every accepted record must read back equal from both destinations.
 //! `RECORD_PATH_SEED=<n>` replays a run.
 
-use sluice::config::{ErrorHandling, StorageConfig};
+use sluice::config::{ErrorHandling, WorkerConfig};
 use sluice::runtime::bindings::SourceRecord;
 use sluice::runtime::bindings::sluice::connector::types::Header;
 use sluice::storage::{DataDir, Namespace, Stores};
@@ -61,7 +61,7 @@ fn random_poll_batches_read_back_equal_from_both_destinations() {
     println!("record path seed: {seed} (set RECORD_PATH_SEED to replay)");
     let mut rng = fastrand::Rng::with_seed(seed);
     let dir = tempfile::tempdir().unwrap();
-    let stores = Stores::open(&StorageConfig::default(), &DataDir::new(dir.path())).unwrap();
+    let stores = Stores::open(&WorkerConfig::default(), &DataDir::new(dir.path())).unwrap();
     for round in 0..1500 {
         let ns = Namespace::new("default", format!("c{}", round % 7));
         let batch: Vec<SourceRecord> = (0..rng.usize(..12)).map(|_| record(&mut rng)).collect();

@@ -12,6 +12,7 @@ mod file_pulse_files;
 mod files;
 mod full_disk;
 mod hostile_calls;
+mod kafka;
 mod languages;
 mod operator_errors;
 mod rest;

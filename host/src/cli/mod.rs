@@ -64,7 +64,7 @@ impl WorkerConfigPath {
 
     /// The stores of an existing data directory, for the commands that read them.
     fn existing_stores(&self, data: &DataDirArg) -> anyhow::Result<Stores> {
-        Stores::open_existing(&self.load()?.storage, &data.dir())
+        Stores::open_existing(&self.load()?, &data.dir())
     }
 }
 

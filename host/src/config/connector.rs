@@ -155,6 +155,16 @@ impl ConnectorConfig {
     }
 
     /// The config as a plugin receives it.
+    /// `producer.override.*` (KIP-458), without the prefix.
+    pub fn producer_overrides(&self) -> BTreeMap<String, String> {
+        self.values
+            .iter()
+            .filter_map(|(key, value)| {
+                key.strip_prefix(super::keys::PRODUCER_OVERRIDE_PREFIX).map(|k| (k.to_string(), value.clone()))
+            })
+            .collect()
+    }
+
     pub fn to_pairs(&self) -> Vec<(String, String)> {
         self.values.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }

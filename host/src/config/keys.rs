@@ -76,6 +76,13 @@ pub const SANDBOX_FUEL_PER_CALL: &str = "sandbox.fuel.per.call";
 pub const ERRORS_TOLERANCE: &str = "errors.tolerance";
 pub const ERRORS_DEAD_LETTER_TOPIC: &str = "errors.deadletterqueue.topic.name";
 pub const ERRORS_LOG_ENABLE: &str = "errors.log.enable";
+pub const TOPIC_CREATION_PARTITIONS: &str = "topic.creation.default.partitions";
+pub const TOPIC_CREATION_REPLICATION: &str = "topic.creation.default.replication.factor";
+pub const EXACTLY_ONCE_SUPPORT: &str = "exactly.once.support";
+pub const TRANSACTION_BOUNDARY: &str = "transaction.boundary";
+pub const TRANSACTION_BOUNDARY_INTERVAL_MS: &str = "transaction.boundary.interval.ms";
+/// KIP-458: `producer.override.<librdkafka setting>` for this connector's producers.
+pub const PRODUCER_OVERRIDE_PREFIX: &str = "producer.override.";
 
 /// Deadlines of the calls into a plugin when `sandbox.call.timeout.ms` is not set.
 pub const LIFECYCLE_CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,7 +112,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: DESTINATION,
         type_: KeyType::String,
         default: KeyDefault::Value("local"),
-        documentation: "`local` (embedded log, exactly-once) or `stdout` (JSON lines, at-least-once)",
+        documentation: "`local` (embedded log, exactly-once), `stdout` (JSON lines, at-least-once) or `kafka` (the `[kafka]` cluster of `sluice.toml`; at-least-once, or exactly-once with `exactly.once.support=required`)",
     },
     HostKey {
         name: MONITOR_INTERVAL_MS,
@@ -212,6 +219,36 @@ pub const HOST_KEYS: &[HostKey] = &[
         documentation: "log each refused record with its reason",
     },
     HostKey {
+        name: TOPIC_CREATION_PARTITIONS,
+        type_: KeyType::Int,
+        default: KeyDefault::Value("-1"),
+        documentation: "`destination=kafka`: partitions of the topics the connector's records create (KIP-158); `-1` is the broker's default",
+    },
+    HostKey {
+        name: TOPIC_CREATION_REPLICATION,
+        type_: KeyType::Int,
+        default: KeyDefault::Value("-1"),
+        documentation: "`destination=kafka`: replication factor of the topics it creates; `-1` is the broker's default",
+    },
+    HostKey {
+        name: EXACTLY_ONCE_SUPPORT,
+        type_: KeyType::String,
+        default: KeyDefault::Value("requested"),
+        documentation: "`destination=kafka` (KIP-618): `required` writes each transaction's records and offsets atomically (needs `[storage] kind = \"kafka\"` and `exactly.once.source.support = \"enabled\"`); `requested` is at-least-once",
+    },
+    HostKey {
+        name: TRANSACTION_BOUNDARY,
+        type_: KeyType::String,
+        default: KeyDefault::Value("poll"),
+        documentation: "with `exactly.once.support=required`: `poll` (one transaction per poll batch) or `interval` (per `transaction.boundary.interval.ms`)",
+    },
+    HostKey {
+        name: TRANSACTION_BOUNDARY_INTERVAL_MS,
+        type_: KeyType::Long,
+        default: KeyDefault::Value("60000"),
+        documentation: "with `transaction.boundary=interval`: how long a transaction stays open",
+    },
+    HostKey {
         name: TENANT,
         type_: KeyType::String,
         default: KeyDefault::Value("default"),
@@ -295,6 +332,26 @@ pub enum DestinationKind {
     Local,
     /// JSON lines on standard output; at-least-once.
     Stdout,
+    /// Kafka topics on the worker's `[kafka]` cluster.
+    Kafka,
+}
+
+/// When a task's transaction commits (KIP-618 `transaction.boundary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionBoundary {
+    Poll,
+    Interval(Duration),
+}
+
+/// The keys of `destination=kafka`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSettings {
+    /// Partitions and replication of topics created on first use (`-1`: the broker's).
+    pub topic_partitions: i32,
+    pub topic_replication: i16,
+    /// `exactly.once.support=required`: transactions; else at-least-once.
+    pub exactly_once: bool,
+    pub transaction_boundary: TransactionBoundary,
 }
 
 /// Whether a FAILED connector or task is restarted by itself.
@@ -358,6 +415,7 @@ pub struct ConnectorSettings {
     pub restart: RestartPolicy,
     pub sandbox: SandboxSettings,
     pub errors: ErrorHandling,
+    pub kafka: KafkaSettings,
 }
 
 /// `(key, reason)`: the caller knows where the config came from.
@@ -386,7 +444,10 @@ impl ConnectorSettings {
         let destination = match text(DESTINATION) {
             "local" => DestinationKind::Local,
             "stdout" => DestinationKind::Stdout,
-            other => return Err((DESTINATION, format!("unknown destination '{other}' (expected local or stdout)"))),
+            "kafka" => DestinationKind::Kafka,
+            other => {
+                return Err((DESTINATION, format!("unknown destination '{other}' (expected local, stdout or kafka)")));
+            }
         };
         let restart_enabled = match text(RESTART_POLICY) {
             "never" => false,
@@ -435,6 +496,41 @@ impl ConnectorSettings {
             other => return Err((ERRORS_LOG_ENABLE, format!("'{other}' is not true or false"))),
         };
         let errors = ErrorHandling { tolerate_all, dead_letter_topic: dead_letter_topic.map(String::from), log };
+        let broker_default_or_positive = |key: &'static str| -> Result<i32, KeyProblem> {
+            let value = text(key);
+            value
+                .trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|n| *n > 0 || *n == -1)
+                .ok_or((key, format!("'{value}' is not a positive number or -1 (the broker's default)")))
+        };
+        let topic_replication = broker_default_or_positive(TOPIC_CREATION_REPLICATION)?;
+        let exactly_once = match text(EXACTLY_ONCE_SUPPORT).trim() {
+            "requested" => false,
+            "required" => true,
+            other => {
+                return Err((EXACTLY_ONCE_SUPPORT, format!("'{other}' is not requested or required")));
+            }
+        };
+        let transaction_boundary = match text(TRANSACTION_BOUNDARY).trim() {
+            "poll" => TransactionBoundary::Poll,
+            "interval" => TransactionBoundary::Interval(millis(TRANSACTION_BOUNDARY_INTERVAL_MS)?),
+            "connector" => {
+                return Err((
+                    TRANSACTION_BOUNDARY,
+                    "'connector' (transactions the connector defines) is not supported: the WIT world has no transaction context; use poll or interval".into(),
+                ));
+            }
+            other => return Err((TRANSACTION_BOUNDARY, format!("'{other}' is not poll or interval"))),
+        };
+        let kafka = KafkaSettings {
+            topic_partitions: broker_default_or_positive(TOPIC_CREATION_PARTITIONS)?,
+            topic_replication: i16::try_from(topic_replication)
+                .map_err(|_| (TOPIC_CREATION_REPLICATION, format!("{topic_replication} is too large")))?,
+            exactly_once,
+            transaction_boundary,
+        };
         Ok(ConnectorSettings {
             tasks_max,
             destination,
@@ -447,6 +543,7 @@ impl ConnectorSettings {
             },
             sandbox,
             errors,
+            kafka,
         })
     }
 }

@@ -4,13 +4,15 @@
 //! Uses nothing else of the host: every other layer may use it.
 
 mod connector;
+pub mod kafka;
 pub mod keys;
 mod worker;
 
 pub use connector::{ConfigError, ConnectorConfig};
+pub use kafka::{InternalTopic, KafkaConfig, check_topic_name};
 pub use keys::{
     CONNECTOR_CLASS, CallTimeouts, ConfigKeyInfo, ConnectorSettings, DestinationKind, ErrorHandling, HOST_KEYS,
-    RestartPolicy, SandboxSettings, TASKS_MAX,
+    KafkaSettings, RestartPolicy, SandboxSettings, TASKS_MAX, TransactionBoundary,
 };
 pub use worker::{
     DEFAULT_TENANT, OperatorConfig, Quotas, StorageConfig, StorageKind, Tenant, WorkerConfig, WorkerSandbox, hash_token,

@@ -12,7 +12,10 @@
 //! fuel_metering = true                              # CPU accounting; costs ~10% throughput
 //!
 //! [storage]
-//! kind = "sqlite"                                   # the embedded default (the only kind so far)
+//! kind = "sqlite"                                   # the embedded default, or "kafka" (needs [kafka])
+//!
+//! [kafka]                                           # see config/kafka.rs
+//! "bootstrap.servers" = "localhost:9092"
 //!
 //! [operator]                                        # the REST API's operator: sees every tenant
 //! token_sha256 = "<hex sha256 of its token>"
@@ -33,6 +36,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+
+use super::kafka::KafkaConfig;
 
 /// The tenant of connectors that name none; unlimited unless declared.
 pub const DEFAULT_TENANT: &str = "default";
@@ -97,6 +102,9 @@ pub enum StorageKind {
     /// One SQLite database in the data directory (`sluice.db`).
     #[default]
     Sqlite,
+    /// Kafka Connect's three compacted topics on the `[kafka]` cluster; the `local`
+    /// destination's log stays in the data directory.
+    Kafka,
 }
 
 /// `[storage]`
@@ -128,6 +136,7 @@ struct WorkerFile {
     sandbox: WorkerSandbox,
     #[serde(default)]
     storage: StorageConfig,
+    kafka: Option<BTreeMap<String, toml::Value>>,
 }
 
 /// The worker config, checked.
@@ -139,6 +148,8 @@ pub struct WorkerConfig {
     pub defaults: BTreeMap<String, String>,
     pub sandbox: WorkerSandbox,
     pub storage: StorageConfig,
+    /// `[kafka]`, when declared.
+    pub kafka: Option<KafkaConfig>,
 }
 
 pub fn hash_token(token: &str) -> String {
@@ -157,7 +168,14 @@ impl WorkerConfig {
         let file: WorkerFile = toml::from_str(text)?;
         let mut tenants = BTreeMap::new();
         for mut tenant in file.tenant {
-            anyhow::ensure!(!tenant.name.is_empty(), "a tenant has an empty name");
+            // A tenant's name prefixes its Kafka topics (`<tenant>.<topic>`) and its keys in
+            // shared topics, so it has no '.' or '/'.
+            anyhow::ensure!(
+                !tenant.name.is_empty()
+                    && tenant.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-')),
+                "tenant {:?}: a tenant name is letters, digits, '_' and '-'",
+                tenant.name
+            );
             if let Some(hash) = &tenant.token_sha256 {
                 anyhow::ensure!(
                     hash.len() == 64 && hash.chars().all(|c| c.is_ascii_hexdigit()),
@@ -188,7 +206,24 @@ impl WorkerConfig {
                 "operator: token_sha256 must be 64 hex digits (see `sluice hash-token`)"
             );
         }
-        Ok(WorkerConfig { tenants, operator: file.operator, defaults, sandbox: file.sandbox, storage: file.storage })
+        let kafka = file.kafka.map(KafkaConfig::parse).transpose()?;
+        let mut defaults: BTreeMap<String, String> = defaults;
+        if file.storage.kind == StorageKind::Kafka {
+            // Records go where the offsets are, unless the operator says otherwise.
+            defaults.entry(super::keys::DESTINATION.to_string()).or_insert_with(|| "kafka".to_string());
+        }
+        anyhow::ensure!(
+            file.storage.kind != StorageKind::Kafka || kafka.is_some(),
+            "[storage] kind = \"kafka\" needs a [kafka] section with bootstrap.servers"
+        );
+        Ok(WorkerConfig {
+            tenants,
+            operator: file.operator,
+            defaults,
+            sandbox: file.sandbox,
+            storage: file.storage,
+            kafka,
+        })
     }
 
     /// The tenant named `name`; `default` exists (unlimited) unless declared otherwise.
@@ -255,6 +290,9 @@ mod tests {
         assert_eq!(worker.defaults["sandbox.call.timeout.ms"], "2000");
         assert!(worker.sandbox.fuel_metering);
         assert_eq!(worker.storage.kind, StorageKind::Sqlite);
+        let no_kafka = WorkerConfig::parse("[storage]\nkind = \"kafka\"\n").unwrap_err();
+        assert!(format!("{no_kafka:#}").contains("[kafka]"), "{no_kafka:#}");
+        assert!(WorkerConfig::parse("[[tenant]]\nname = \"a/b\"\n").is_err());
         let unknown = WorkerConfig::parse("[storage]\nkind = \"cassandra\"\n").unwrap_err();
         assert!(format!("{unknown:#}").contains("cassandra"), "{unknown:#}");
     }

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use super::services::Services;
 use crate::config::HOST_KEYS;
 use crate::config::keys::{
-    CONNECTOR_CLASS, NAME, SANDBOX_FS_READ, SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES,
-    TASKS_MAX, TENANT,
+    CONNECTOR_CLASS, DESTINATION, EXACTLY_ONCE_SUPPORT, NAME, PRODUCER_OVERRIDE_PREFIX, SANDBOX_FS_READ,
+    SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES, TASKS_MAX, TENANT,
 };
-use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings};
+use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DestinationKind, StorageKind};
 use crate::runtime::Plugin;
 use crate::runtime::plugin_log::escape_controls;
 use crate::storage::Namespace;
@@ -35,6 +35,9 @@ pub(super) async fn admit(
     let config = &config.with_defaults(&services.worker.defaults);
     let mut settings = config.settings()?;
     check_fuel(services, config, &settings)?;
+    if let Some(problem) = destination_problems(services, config, &settings).into_iter().next() {
+        return Err(problem);
+    }
     check_tenant(services, config, &mut settings, running)?;
     let plugin = find_plugin(services, config)?;
     if let Some(problem) = plugin_key_problems(config, &plugin).into_iter().next() {
@@ -68,6 +71,7 @@ pub(super) async fn problems(services: &Services, config: &ConnectorConfig, runn
         }
     };
     problems.extend(check_fuel(services, config, &settings).err());
+    problems.extend(destination_problems(services, config, &settings));
     problems.extend(check_tenant(services, config, &mut settings, running).err());
     let plugin = match find_plugin(services, config) {
         Ok(plugin) => plugin,
@@ -95,6 +99,85 @@ fn check_fuel(services: &Services, config: &ConnectorConfig, settings: &Connecto
     }
     Ok(())
 }
+
+/// What `destination=kafka` needs of the worker, and the producer settings a connector may
+/// override (KIP-458): any for the `default` tenant, only [`TENANT_PRODUCER_OVERRIDES`]
+/// for a declared tenant (the worker's security settings, and what makes a producer
+/// idempotent or transactional, are the operator's).
+fn destination_problems(
+    services: &Services,
+    config: &ConnectorConfig,
+    settings: &ConnectorSettings,
+) -> Vec<ConfigError> {
+    let mut problems = Vec::new();
+    let kafka = services.worker.kafka.as_ref();
+    let overrides = config.producer_overrides();
+    if settings.destination == DestinationKind::Local && services.worker.storage.kind == StorageKind::Kafka {
+        problems.push(config.error(
+            DESTINATION,
+            "'local' keeps its offsets with its records in the data directory, but this worker keeps offsets in Kafka ([storage] kind = \"kafka\"): use destination=kafka (the default on Kafka storage) or stdout",
+        ));
+    }
+    if settings.destination != DestinationKind::Kafka {
+        if settings.kafka.exactly_once {
+            problems.push(config.error(EXACTLY_ONCE_SUPPORT, "'required' needs destination=kafka"));
+        }
+        if let Some((key, _)) = overrides.iter().next() {
+            problems.push(config.error(&format!("{PRODUCER_OVERRIDE_PREFIX}{key}"), "needs destination=kafka"));
+        }
+        return problems;
+    }
+    let Some(kafka) = kafka else {
+        problems.push(config.error(
+            DESTINATION,
+            "'kafka' needs a Kafka cluster: add a [kafka] section with bootstrap.servers to sluice.toml",
+        ));
+        return problems;
+    };
+    if settings.kafka.exactly_once {
+        if services.worker.storage.kind != StorageKind::Kafka {
+            problems.push(config.error(
+                EXACTLY_ONCE_SUPPORT,
+                "'required' writes offsets in the same transaction as records, so offsets must be in Kafka: set [storage] kind = \"kafka\" in sluice.toml",
+            ));
+        } else if !kafka.exactly_once_source {
+            problems.push(config.error(
+                EXACTLY_ONCE_SUPPORT,
+                "'required' but this worker has exactly-once source support disabled: set \"exactly.once.source.support\" = \"enabled\" in [kafka]",
+            ));
+        }
+    }
+    if config.tenant() != crate::config::DEFAULT_TENANT {
+        for key in overrides.keys().filter(|key| !TENANT_PRODUCER_OVERRIDES.contains(&key.as_str())) {
+            problems.push(config.error(
+                &format!("{PRODUCER_OVERRIDE_PREFIX}{key}"),
+                format!("a tenant may override only {}", TENANT_PRODUCER_OVERRIDES.join(", ")),
+            ));
+        }
+    }
+    for (key, _) in overrides.iter().filter(|(key, _)| MANAGED_PRODUCER_KEYS.contains(&key.as_str())) {
+        problems.push(config.error(&format!("{PRODUCER_OVERRIDE_PREFIX}{key}"), "set by Sluice itself"));
+    }
+    problems
+}
+
+/// Producer settings a declared tenant's connector may override: throughput and latency,
+/// nothing about where or as whom it connects, nor its delivery guarantees.
+pub const TENANT_PRODUCER_OVERRIDES: &[&str] = &[
+    "linger.ms",
+    "batch.size",
+    "batch.num.messages",
+    "compression.type",
+    "compression.level",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "message.timeout.ms",
+    "request.timeout.ms",
+];
+
+/// Producer settings nobody overrides: they are what the delivery guarantee rests on.
+const MANAGED_PRODUCER_KEYS: &[&str] =
+    &["transactional.id", "enable.idempotence", "bootstrap.servers", "acks", "partitioner", "group.id"];
 
 /// The plugin `connector.class` names, as the plugin folder holds it now.
 fn find_plugin(services: &Services, config: &ConnectorConfig) -> Result<Arc<Plugin>, ConfigError> {
@@ -159,7 +242,7 @@ fn unknown_keys(config: &ConnectorConfig, plugin: &Plugin) -> Vec<String> {
     config
         .values
         .keys()
-        .filter(|key| !known.contains(&key.as_str()))
+        .filter(|key| !known.contains(&key.as_str()) && !key.starts_with(PRODUCER_OVERRIDE_PREFIX))
         .map(|key| {
             let hint = nearest(key, &known).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
             format!(

@@ -268,6 +268,19 @@ impl ConnectorRun {
         let mut tasks: Vec<Option<TaskHandle>> = std::mem::take(&mut self.tasks).into_iter().map(Some).collect();
         let deadline = Instant::now() + self.settings.sandbox.timeouts.lifecycle;
         stop_all(plan.stop.iter().filter_map(|&i| tasks[i].take()).collect(), deadline).await;
+        // Tasks of the previous generation past the new count (here, or stored by a worker
+        // before this one) are fenced where the destination can (exactly-once).
+        let stored = self.services.stores.configs().task_configs(&self.namespace).map_or(0, |c| c.len());
+        let previous = tasks.len().max(stored) as u32;
+        if (configs.len() as u32) < previous {
+            let (destination, namespace, retired) =
+                (self.destination.clone(), self.namespace.clone(), configs.len() as u32..previous);
+            match tokio::task::spawn_blocking(move || destination.retire_tasks(&namespace, retired)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(connector = %name, "{e:#}"),
+                Err(e) => tracing::warn!(connector = %name, "{e}"),
+            }
+        }
         // Every task past the new count was stopped just above.
         tasks.resize_with(configs.len(), || None);
         for &i in &plan.start {

@@ -89,7 +89,7 @@ impl Herder {
     pub async fn open_with_config(worker: WorkerConfig, data_dir: &Path, plugin_dir: &Path) -> anyhow::Result<Herder> {
         let data_dir = DataDir::new(data_dir);
         let runtime = Runtime::with_fuel_metering(worker.sandbox.fuel_metering)?;
-        let stores = Stores::open(&worker.storage, &data_dir)?;
+        let stores = Stores::open(&worker, &data_dir)?;
         let registry = Arc::new(Registry::load(&runtime, plugin_dir, &data_dir.compile_cache()).await?);
         let worker_id = format!("{}:{}", hostname(), std::process::id());
         let board = Arc::new(StatusBoard::new(worker_id, stores.statuses().clone()));
@@ -269,7 +269,15 @@ impl Herder {
         let (control, control_rx) = mpsc::unbounded_channel();
         let (paused, paused_rx) = watch::channel(target == TargetState::Paused);
         let metrics = Arc::new(ConnectorMetrics::default());
-        let destination = destinations::for_kind(settings.destination, &self.services.stores);
+        let destination =
+            match destinations::for_connector(&settings, &config, &self.services.worker, &self.services.stores) {
+                Ok(destination) => destination,
+                Err(e) => {
+                    board.set_connector(ns, State::Failed, Some(format!("destination: {e:#}")));
+                    board.retain_tasks(ns, 0);
+                    return Entry { config, target, tasks_max, run: None };
+                }
+            };
         board.set_connector(ns, State::Unassigned, None);
         let stop_within = settings.sandbox.timeouts.lifecycle;
         let run_plugin = plugin.clone();

@@ -13,8 +13,8 @@ use tokio::sync::Notify;
 use super::metrics::TaskCounters;
 use super::records::{Polled, Source, check_batch, latest_offsets};
 use super::services::{Services, StopSignal, stopped, unless_stopped};
-use crate::config::{ConnectorSettings, SandboxSettings};
-use crate::destinations::Destination;
+use crate::config::{ConnectorSettings, RestartPolicy, SandboxSettings};
+use crate::destinations::{Destination, RetriableDelivery};
 use crate::runtime::bindings::ConnectorError;
 use crate::runtime::plugin_log::escape_controls;
 use crate::runtime::sandbox::{describe_connector_error, human_bytes};
@@ -48,6 +48,12 @@ enum Outcome {
 
 /// How often a task's used fuel and memory are written to its status.
 const USAGE_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a delivery may take before the task's status says it is waiting.
+const SLOW_DELIVERY: Duration = Duration::from_secs(5);
+/// Waits between tries of a batch the destination could not take for now (1 s doubling
+/// to 30 s).
+const DELIVERY_RETRY_BACKOFF: RestartPolicy =
+    RestartPolicy { enabled: true, initial_backoff: Duration::from_secs(1), max_backoff: Duration::from_secs(30) };
 
 /// Longest pause between polls that returned nothing.
 const MAX_IDLE_BACKOFF: Duration = Duration::from_millis(100);
@@ -96,6 +102,18 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         Err(e) => return failed(e.to_string(), 0),
     };
     let id = instance.id;
+    // Exactly-once gives each instance a producer of its own, whose start fences the
+    // task's previous instance.
+    let destination = {
+        let (shared, namespace, task) = (spec.destination.clone(), spec.namespace.clone(), spec.task);
+        match tokio::task::spawn_blocking(move || shared.for_task(&namespace, task).map(|own| own.unwrap_or(shared)))
+            .await
+        {
+            Ok(Ok(destination)) => destination,
+            Ok(Err(e)) => return failed(format!("destination: {e:#}"), id),
+            Err(e) => return failed(format!("destination: {e}"), id),
+        }
+    };
     if restarting {
         board.set_task(&spec.namespace, spec.task, State::Restarting, None, id);
     }
@@ -109,6 +127,8 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     let recycle_at = recycle_threshold(&spec.settings.sandbox, instance.largest_memory(), connector, spec.task);
 
     let mut idle = Duration::ZERO;
+    // Whether batches were delivered since the destination last settled them.
+    let mut unsettled = false;
     let mut last_commit = Instant::now();
     let mut last_usage_report = Instant::now();
     let mut paused = spec.paused.clone();
@@ -116,7 +136,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     while stop.borrow().is_none() {
         if *paused.borrow_and_update() {
             // Everything delivered is committed: tell the task, and wait to be resumed.
-            if let Some(outcome) = commit(&mut instance, spec, id).await {
+            if let Some(outcome) = commit(&mut instance, &destination, spec, id, None).await {
                 return outcome;
             }
             board.set_task(&spec.namespace, spec.task, State::Paused, None, id);
@@ -146,6 +166,17 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         TaskCounters::time(&counters.poll_nanos, poll_started.elapsed());
         TaskCounters::add(&counters.polled, records.len() as u64);
         if records.is_empty() {
+            if unsettled {
+                // Nothing new to send: settle what is in flight, so its offsets are
+                // committed now rather than with the next batch.
+                unsettled = false;
+                let (flushing, namespace) = (destination.clone(), spec.namespace.clone());
+                match tokio::task::spawn_blocking(move || flushing.flush(&namespace)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return failed(format!("destination failed: {e:#}"), id),
+                    Err(e) => return failed(format!("destination failed: {e}"), id),
+                }
+            }
             idle = (idle * 2).clamp(Duration::from_millis(1), MAX_IDLE_BACKOFF);
             tokio::select! {
                 _ = tokio::time::sleep(idle) => {}
@@ -167,13 +198,74 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             let checked: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
             let count = checked.len() as u64;
             services.rates.throttle(&spec.namespace.tenant, count).await;
-            let (destination, namespace) = (spec.destination.clone(), spec.namespace.clone());
             let commits = !offsets.is_empty();
             let deliver_started = Instant::now();
-            let delivered =
-                tokio::task::spawn_blocking(move || destination.deliver(&namespace, &checked, &offsets)).await;
+            let (mut checked, mut offsets) = (checked, offsets);
+            let mut retries = 0u32;
+            // Whether the status carries a note about this batch, cleared once delivered.
+            let mut noted = false;
+            let delivered = loop {
+                let (destination, namespace) = (destination.clone(), spec.namespace.clone());
+                let mut delivering = tokio::task::spawn_blocking(move || {
+                    let result = destination.deliver(&namespace, &checked, &offsets);
+                    (result, checked, offsets)
+                });
+                // A destination that keeps a batch waiting (a broker outage, before its
+                // producer gives up) is said in the status while it waits.
+                let mut waited = 0u32;
+                let attempt = loop {
+                    tokio::select! {
+                        attempt = &mut delivering => break attempt,
+                        deadline = stopped(stop) => {
+                            // Stopping: the delivery may finish until the stop deadline;
+                            // after it, it is abandoned (its offsets are not committed, so
+                            // the batch is sent again after a restart).
+                            match tokio::time::timeout_at(deadline.into(), &mut delivering).await {
+                                Ok(attempt) => break attempt,
+                                Err(_) => {
+                                    tracing::warn!(connector = %connector, task = spec.task, "the destination did not take the last batch by the stop deadline; it is sent again after a restart");
+                                    return Outcome::Stopped;
+                                }
+                            }
+                        }
+                        _ = tokio::time::sleep(SLOW_DELIVERY) => {
+                            waited += 1;
+                            let trace = format!(
+                                "delivery waiting: the destination has not taken the batch for {} s",
+                                waited * SLOW_DELIVERY.as_secs() as u32
+                            );
+                            board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
+                        }
+                    }
+                };
+                noted |= waited > 0;
+                match attempt {
+                    Ok((Err(e), records, advanced)) if RetriableDelivery::is(&e) => {
+                        // The destination is away for now (a broker outage): keep the batch,
+                        // say so in the status, and try again.
+                        let delay = DELIVERY_RETRY_BACKOFF.backoff(retries);
+                        retries = retries.saturating_add(1);
+                        let trace = format!("delivery failed ({e:#}); retrying in {delay:?} (attempt {retries})");
+                        noted = true;
+                        board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
+                        (checked, offsets) = (records, advanced);
+                        tokio::select! {
+                            _ = tokio::time::sleep(delay) => continue,
+                            // Nothing of the batch is committed: it is polled again on restart.
+                            _ = stopped(stop) => break None,
+                        }
+                    }
+                    Ok((result, _, _)) => break Some(Ok(result)),
+                    Err(e) => break Some(Err(e)),
+                }
+            };
+            let Some(delivered) = delivered else { continue };
+            if noted {
+                board.set_task(&spec.namespace, spec.task, State::Running, None, id);
+            }
             match delivered {
                 Ok(Ok(())) => {
+                    unsettled = true;
                     spec.metrics.add_delivered(count);
                     TaskCounters::add(&counters.delivered, count);
                     TaskCounters::add(&counters.deliveries, 1);
@@ -208,27 +300,33 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 human_bytes(spec.settings.sandbox.memory_max_bytes)
             );
             let deadline = Instant::now() + spec.settings.sandbox.timeouts.lifecycle;
-            return match stop_instance(&mut instance, spec, id, deadline).await {
+            return match stop_instance(&mut instance, &destination, spec, id, deadline).await {
                 Outcome::Stopped => Outcome::Recycled,
                 failed => failed,
             };
         }
         if last_commit.elapsed() >= spec.settings.offset_flush_interval {
             last_commit = Instant::now();
-            if let Some(outcome) = commit(&mut instance, spec, id).await {
+            if let Some(outcome) = commit(&mut instance, &destination, spec, id, None).await {
                 return outcome;
             }
         }
     }
     let deadline = stopped(stop).await;
-    stop_instance(&mut instance, spec, id, deadline).await
+    stop_instance(&mut instance, &destination, spec, id, deadline).await
 }
 
 /// Offsets of everything delivered are already durable: tell the task, then stop it, all
 /// by `deadline`.
-async fn stop_instance(instance: &mut PluginInstance, spec: &TaskSpec, id: u64, deadline: Instant) -> Outcome {
+async fn stop_instance(
+    instance: &mut PluginInstance,
+    destination: &Arc<dyn Destination>,
+    spec: &TaskSpec,
+    id: u64,
+    deadline: Instant,
+) -> Outcome {
     instance.stop_by(deadline);
-    if let Some(outcome) = commit(instance, spec, id).await {
+    if let Some(outcome) = commit(instance, destination, spec, id, Some(deadline)).await {
         return outcome;
     }
     if let Err(e) = instance.task_stop().await {
@@ -259,7 +357,34 @@ fn recycle_threshold(sandbox: &SandboxSettings, at_start: u64, connector: &str, 
     Some(threshold)
 }
 
-async fn commit(instance: &mut PluginInstance, spec: &TaskSpec, id: u64) -> Option<Outcome> {
+/// Makes what was delivered durable (an open transaction commits), then calls the task's
+/// `commit()`.
+async fn commit(
+    instance: &mut PluginInstance,
+    destination: &Arc<dyn Destination>,
+    spec: &TaskSpec,
+    id: u64,
+    deadline: Option<Instant>,
+) -> Option<Outcome> {
+    let (flushing, namespace) = (destination.clone(), spec.namespace.clone());
+    let flush = tokio::task::spawn_blocking(move || flushing.flush(&namespace));
+    let flushed = match deadline {
+        Some(deadline) => match tokio::time::timeout_at(deadline.into(), flush).await {
+            Ok(flushed) => flushed,
+            Err(_) => {
+                // Stopping, and the destination is away: what it holds is not committed
+                // (sent again after a restart), and the task is not told it was.
+                tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "the destination did not settle by the stop deadline; its last batches are sent again after a restart");
+                return None;
+            }
+        },
+        None => flush.await,
+    };
+    match flushed {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Some(Outcome::Failed { trace: format!("destination failed: {e:#}"), instance: id }),
+        Err(e) => return Some(Outcome::Failed { trace: format!("destination failed: {e}"), instance: id }),
+    }
     match instance.commit().await {
         Err(e) => Some(Outcome::Failed { trace: e.to_string(), instance: id }),
         Ok(Err(ConnectorError::Retriable(m))) => {

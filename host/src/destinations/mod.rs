@@ -5,19 +5,39 @@
 //! - `local`: the embedded log; records and offsets in one transaction (exactly-once).
 //! - `stdout`: JSON lines ([`json`]); offsets commit after the lines are flushed
 //!   (at-least-once).
+//! - `kafka`: Kafka topics ([`kafka`]); offsets commit once every record is acknowledged
+//!   (at-least-once).
 //!
 //! Uses the config and storage layers.
 
 pub mod json;
+pub mod kafka;
 
 use std::io::Write;
 use std::sync::Arc;
 
-use crate::config::DestinationKind;
+use crate::config::{ConnectorConfig, ConnectorSettings, DestinationKind, WorkerConfig};
 use crate::storage::{Namespace, OffsetStore, Record, RecordLog, Stores};
 
 pub trait Destination: Send + Sync {
     fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()>;
+
+    /// A destination of its own for one task instance (a transactional producer whose
+    /// start fences the task's previous instance), or `None` to share this one.
+    fn for_task(&self, _ns: &Namespace, _task: u32) -> anyhow::Result<Option<Arc<dyn Destination>>> {
+        Ok(None)
+    }
+
+    /// Makes everything delivered so far durable with its offsets (an open transaction
+    /// commits); called before the task's `commit()` and when it stops or pauses.
+    fn flush(&self, _ns: &Namespace) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// Tasks `tasks` no longer exist: fence any instance of them still writing elsewhere.
+    fn retire_tasks(&self, _ns: &Namespace, _tasks: std::ops::Range<u32>) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 pub struct Local {
@@ -48,10 +68,58 @@ impl Destination for Stdout {
     }
 }
 
+/// A delivery that failed for a reason that passes (the broker is away, a leader is
+/// moving): the task keeps its batch and tries again after a backoff, saying so in its
+/// status, instead of failing.
+#[derive(Debug)]
+pub struct RetriableDelivery(pub String);
+
+impl std::fmt::Display for RetriableDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RetriableDelivery {}
+
+impl RetriableDelivery {
+    pub fn wrap(message: String) -> anyhow::Error {
+        anyhow::Error::new(RetriableDelivery(message))
+    }
+
+    pub fn is(error: &anyhow::Error) -> bool {
+        error.chain().any(|e| e.is::<RetriableDelivery>())
+    }
+}
+
 /// The destination of a connector, committing into the worker's stores.
-pub fn for_kind(kind: DestinationKind, stores: &Stores) -> Arc<dyn Destination> {
-    match kind {
+pub fn for_connector(
+    settings: &ConnectorSettings,
+    config: &ConnectorConfig,
+    worker: &WorkerConfig,
+    stores: &Stores,
+) -> anyhow::Result<Arc<dyn Destination>> {
+    Ok(match settings.destination {
         DestinationKind::Local => Arc::new(Local { log: stores.local().clone() }),
         DestinationKind::Stdout => Arc::new(Stdout { offsets: stores.offsets().clone() }),
-    }
+        DestinationKind::Kafka => {
+            let kafka = worker
+                .kafka
+                .as_ref()
+                .ok_or_else(|| anyhow::anyhow!("destination=kafka needs [kafka] in sluice.toml"))?;
+            let exactly_once = match (settings.kafka.exactly_once, stores.kafka()) {
+                (false, _) => None,
+                (true, Some(backend)) => Some(backend.clone()),
+                (true, None) => anyhow::bail!("exactly.once.support=required needs [storage] kind = \"kafka\""),
+            };
+            Arc::new(kafka::KafkaDestination::new(
+                kafka,
+                config.tenant(),
+                &settings.kafka,
+                &config.producer_overrides(),
+                stores.offsets().clone(),
+                exactly_once,
+            )?)
+        }
+    })
 }

@@ -7,6 +7,7 @@
 //! partitions and offsets ([`json`]). Uses only the config layer.
 
 pub mod json;
+pub mod kafka;
 mod model;
 mod sqlite;
 
@@ -15,7 +16,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::config::{StorageConfig, StorageKind};
+use crate::config::{StorageKind, WorkerConfig};
 
 pub use model::{ConnectorState, ConnectorStatus, Record, State, StoredRecord, TargetState, TaskStatus};
 
@@ -109,39 +110,70 @@ pub struct Stores {
     configs: Arc<dyn ConfigStore>,
     statuses: Arc<dyn StatusStore>,
     local: Arc<dyn RecordLog>,
+    /// The Kafka backend, when offsets are in Kafka (exactly-once writes offsets in the
+    /// same transaction as records, through it).
+    kafka: Option<Arc<kafka::KafkaBackend>>,
 }
 
 impl Stores {
     /// Opens (creating if needed) the backend the worker config names, in `data_dir`.
-    pub fn open(storage: &StorageConfig, data_dir: &DataDir) -> anyhow::Result<Stores> {
-        match storage.kind {
-            StorageKind::Sqlite => {
-                data_dir.create()?;
-                let database = sqlite::SqliteStore::open(&data_dir.database()).with_context(|| {
-                    format!("cannot use the data directory {} (--data-dir)", data_dir.root().display())
+    /// Kafka storage connects, makes or checks its topics and reads them to their end
+    /// before returning (a blocking call of up to a minute when the cluster is away).
+    pub fn open(worker: &WorkerConfig, data_dir: &DataDir) -> anyhow::Result<Stores> {
+        data_dir.create()?;
+        let database =
+            Arc::new(sqlite::SqliteStore::open(&data_dir.database()).with_context(|| {
+                format!("cannot use the data directory {} (--data-dir)", data_dir.root().display())
+            })?);
+        match worker.storage.kind {
+            StorageKind::Sqlite => Ok(Stores::from_backend(database)),
+            StorageKind::Kafka => {
+                let kafka = worker.kafka.as_ref().context("[storage] kind = \"kafka\" needs a [kafka] section")?;
+                let backend = kafka::KafkaBackend::open(kafka).with_context(|| {
+                    format!("[storage] kind = \"kafka\" on {}", kafka.client.get("bootstrap.servers").map_or("", |s| s))
                 })?;
-                Ok(Stores::from_backend(Arc::new(database)))
+                // The local log keeps its records and offsets in the data directory; the
+                // herder refuses destination=local on Kafka storage, so no offset of a
+                // connector is in two places.
+                Ok(Stores {
+                    offsets: backend.clone(),
+                    configs: backend.clone(),
+                    statuses: backend.clone(),
+                    local: database,
+                    kafka: Some(backend),
+                })
             }
         }
     }
 
     /// Opens the stores for the read-only commands (`sluice offsets`, `topics`): an error
     /// when the data directory holds no data yet.
-    pub fn open_existing(storage: &StorageConfig, data_dir: &DataDir) -> anyhow::Result<Stores> {
-        match storage.kind {
+    pub fn open_existing(worker: &WorkerConfig, data_dir: &DataDir) -> anyhow::Result<Stores> {
+        match worker.storage.kind {
             StorageKind::Sqlite => anyhow::ensure!(
                 data_dir.database().exists(),
                 "no Sluice data in {} (no sluice.db; run `sluice run` first or pass --data-dir)",
                 data_dir.root().display()
             ),
+            StorageKind::Kafka => {}
         }
-        Stores::open(storage, data_dir)
+        Stores::open(worker, data_dir)
     }
 
     /// One backend behind every store: the local log and the offset store are the same
     /// object, so what a plugin reads is what the local destination committed.
     fn from_backend<B: RecordLog + ConfigStore + StatusStore + 'static>(backend: Arc<B>) -> Stores {
-        Stores { offsets: backend.clone(), configs: backend.clone(), statuses: backend.clone(), local: backend }
+        Stores {
+            offsets: backend.clone(),
+            configs: backend.clone(),
+            statuses: backend.clone(),
+            local: backend,
+            kafka: None,
+        }
+    }
+
+    pub fn kafka(&self) -> Option<&Arc<kafka::KafkaBackend>> {
+        self.kafka.as_ref()
     }
 
     pub fn offsets(&self) -> &Arc<dyn OffsetStore> {

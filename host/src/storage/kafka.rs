@@ -1,0 +1,682 @@
+//! `[storage] kind = "kafka"`: offsets, connector configs and statuses in three compacted
+//! topics, as Kafka Connect's distributed mode keeps them (`offset.storage.topic`,
+//! `config.storage.topic`, `status.storage.topic`).
+//!
+//! Each topic is read to its end when the worker opens, before any connector starts, into
+//! an in-memory view (key -> latest value, a tombstone removes); a write is produced, and
+//! the view changes only once the broker acknowledged it, so what the worker reads is
+//! durable. One worker writes a group's topics at a time (scale-out is a later step).
+//!
+//! Record formats are Connect's, so its tools read them and a Connect user can migrate:
+//! - offsets: key `["<connector>",{partition}]` (compact JSON), value the offset JSON,
+//!   `null` forgets; partitioned by murmur2 of the key, as Java's producer does. Keys are
+//!   written in one canonical form (object keys sorted) and matched by parsed JSON, so keys
+//!   Connect wrote with another key order are found too.
+//! - configs: `connector-<name>` `{"properties":{...}}`, `target-state-<name>`
+//!   `{"state":..,"state.v2":..}` (KIP-875), `task-<name>-<n>` `{"properties":{...}}` and
+//!   `commit-<name>` `{"tasks":N}`.
+//! - statuses: `status-connector-<name>` with Connect's fields (`state`, `trace`,
+//!   `worker_id`, `generation`) and Sluice's task statuses under `tasks`.
+//!
+//! A connector of a declared tenant is named `<tenant>/<connector>` in every key: a
+//! connector name has no `/`, so no tenant's connector can forge another's key, and the
+//! `default` tenant's keys are exactly Connect's.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaErrorCode;
+use serde_json::{Value, json};
+
+use super::{ConfigStore, ConnectorStatus, Namespace, OffsetStore, StatusStore, StoredConnector, TargetState};
+use crate::config::{DEFAULT_TENANT, InternalTopic, KafkaConfig};
+
+/// How long the check of the state topics' cleanup.policy waits: a broker that does not
+/// answer DescribeConfigs (some Kafka-protocol brokers) is not checked, as in Connect.
+const POLICY_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long start-up waits for the cluster (metadata, topic creation, reading to the end).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a write waits for its acknowledgement (the store producer's message.timeout.ms).
+const WRITE_TIMEOUT_MS: &str = "60000";
+
+/// The context of every Kafka client Sluice makes: librdkafka's own log lines go to the
+/// `librdkafka` tracing target at debug level (a broker that is away is retried every
+/// second by every client, and the tasks' statuses already say so), its serious errors at
+/// warn; a partition's end is not an error.
+#[derive(Clone, Copy, Default)]
+pub struct KafkaLog;
+
+impl ClientContext for KafkaLog {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical => {
+                tracing::warn!(target: "librdkafka", "{facility}: {message}")
+            }
+            _ => tracing::debug!(target: "librdkafka", "{facility}: {message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::PartitionEOF) => {}
+            Some(
+                RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::OperationTimedOut
+                | RDKafkaErrorCode::MessageTimedOut,
+            ) => tracing::debug!(target: "librdkafka", "{error}: {reason}"),
+            _ => tracing::warn!(target: "librdkafka", "{error}: {reason}"),
+        }
+    }
+}
+
+impl ConsumerContext for KafkaLog {}
+
+/// The client settings of `[kafka]`, plus `extra`.
+pub fn client_config(kafka: &KafkaConfig, extra: &[(&str, &str)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    for (key, value) in &kafka.client {
+        config.set(key, value);
+    }
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    config
+}
+
+/// A connector's name in shared Kafka keys and topics: `<tenant>/<name>` for a declared
+/// tenant, the bare name for `default`.
+pub fn qualified_name(ns: &Namespace) -> String {
+    if ns.tenant == DEFAULT_TENANT { ns.connector.clone() } else { format!("{}/{}", ns.tenant, ns.connector) }
+}
+
+fn namespace_of(qualified: &str) -> Namespace {
+    match qualified.split_once('/') {
+        Some((tenant, name)) => Namespace::new(tenant, name),
+        None => Namespace::new(DEFAULT_TENANT, qualified),
+    }
+}
+
+/// The topics of the cluster, from a metadata request that creates nothing.
+pub fn existing_topics(admin: &AdminClient<KafkaLog>, timeout: Duration) -> anyhow::Result<Vec<String>> {
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, timeout)
+        .context("cannot reach the Kafka cluster ([kafka] bootstrap.servers)")?;
+    Ok(metadata.topics().iter().map(|t| t.name().to_string()).collect())
+}
+
+/// An admin client that never creates a topic by asking about it.
+pub fn admin_client(kafka: &KafkaConfig) -> anyhow::Result<AdminClient<KafkaLog>> {
+    client_config(kafka, &[("allow.auto.create.topics", "false")])
+        .create_with_context(KafkaLog)
+        .context("[kafka]: cannot make an admin client")
+}
+
+/// Makes the topics that are missing (compacted), and refuses one that exists without
+/// `cleanup.policy=compact` (only): retention or deletion would lose offsets and configs.
+/// As in Connect, a policy the cluster does not let us read is logged, not refused.
+pub fn ensure_compacted_topics(admin: &AdminClient<KafkaLog>, topics: &[(&InternalTopic, &str)]) -> anyhow::Result<()> {
+    let existing = existing_topics(admin, STARTUP_TIMEOUT)?;
+    let missing: Vec<&(&InternalTopic, &str)> = topics.iter().filter(|(t, _)| !existing.contains(&t.name)).collect();
+    if !missing.is_empty() {
+        let new: Vec<NewTopic> = missing
+            .iter()
+            .map(|(topic, _)| {
+                let replication = TopicReplication::Fixed(i32::from(topic.replication_factor));
+                NewTopic::new(&topic.name, topic.partitions, replication).set("cleanup.policy", "compact")
+            })
+            .collect();
+        let options = AdminOptions::new().request_timeout(Some(STARTUP_TIMEOUT));
+        let created = block_on(admin.create_topics(&new, &options)).context("cannot create Sluice's state topics")?;
+        for result in created {
+            let (topic, key) = match &result {
+                Ok(name) | Err((name, _)) => *topics.iter().find(|(t, _)| &t.name == name).expect("asked for"),
+            };
+            match result {
+                Ok(_) => tracing::info!("created the compacted topic {} ({key})", topic.name),
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => anyhow::bail!(
+                    "cannot create the topic {name} ({key}, {} partitions, replication factor {}): {code}",
+                    topic.partitions,
+                    topic.replication_factor
+                ),
+            }
+        }
+    }
+    let specifiers: Vec<ResourceSpecifier> = topics.iter().map(|(t, _)| ResourceSpecifier::Topic(&t.name)).collect();
+    let options = AdminOptions::new().request_timeout(Some(POLICY_CHECK_TIMEOUT));
+    let described = match block_on(admin.describe_configs(&specifiers, &options)) {
+        Ok(described) => described,
+        Err(e) => {
+            tracing::info!("cannot read the cleanup.policy of Sluice's state topics: {e}; not checked");
+            return Ok(());
+        }
+    };
+    for ((topic, key), resource) in topics.iter().zip(described) {
+        let resource = match resource {
+            Ok(resource) => resource,
+            Err(e) => {
+                tracing::info!("cannot read the cleanup.policy of the topic {} ({key}): {e}; not checked", topic.name);
+                continue;
+            }
+        };
+        let policy = resource.get("cleanup.policy").and_then(|entry| entry.value.clone()).unwrap_or_default();
+        if policy.split(',').map(str::trim).collect::<Vec<_>>() != ["compact"] {
+            anyhow::bail!(
+                "the topic {} ({key}) has cleanup.policy={policy}, but Sluice keeps {} there and needs cleanup.policy=compact (only), or retention would delete them: set cleanup.policy=compact on the topic, or set {key} to another topic",
+                topic.name,
+                purpose(key)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn purpose(key: &str) -> &'static str {
+    match key {
+        "offset.storage.topic" => "source connector offsets",
+        "config.storage.topic" => "connector configurations",
+        _ => "connector and task statuses",
+    }
+}
+
+/// Waits for a future from a synchronous store call (rdkafka's futures complete on its own
+/// threads, so no runtime is needed).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    futures_executor::block_on(future)
+}
+
+/// A record of a compacted topic: key, and value (`None`: a tombstone).
+type Entry = (Vec<u8>, Option<Vec<u8>>);
+
+/// One compacted topic: its latest value per key, and the producer that writes it.
+struct TopicView {
+    topic: String,
+    producer: FutureProducer<KafkaLog>,
+}
+
+impl TopicView {
+    /// Reads `topic` from the beginning to its current end: the latest value of each key
+    /// (`None`: a tombstone), in the order written.
+    fn read_to_end(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<Entry>> {
+        let consumer: BaseConsumer<KafkaLog> = client_config(
+            kafka,
+            &[
+                // assign() needs a group id; nothing is committed to it.
+                ("group.id", "sluice-storage-reader"),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                ("isolation.level", "read_committed"),
+                // The end of each partition is an event (at the last stable offset, so
+                // transaction markers at the end do not leave the reader waiting).
+                ("enable.partition.eof", "true"),
+            ],
+        )
+        .create_with_context(KafkaLog)
+        .context("[kafka]: cannot make a consumer")?;
+        let metadata = consumer
+            .fetch_metadata(Some(topic), STARTUP_TIMEOUT)
+            .with_context(|| format!("cannot read the metadata of the topic {topic}"))?;
+        let mut pending: HashSet<i32> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic)
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        anyhow::ensure!(!pending.is_empty(), "the topic {topic} has no partitions");
+        let mut assignment = TopicPartitionList::new();
+        for partition in &pending {
+            assignment.add_partition_offset(topic, *partition, Offset::Beginning)?;
+        }
+        consumer.assign(&assignment)?;
+        let mut entries = Vec::new();
+        let started = Instant::now();
+        while !pending.is_empty() {
+            anyhow::ensure!(
+                started.elapsed() < STARTUP_TIMEOUT,
+                "reading the topic {topic} to its end took over {STARTUP_TIMEOUT:?}"
+            );
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(partition))) => {
+                    pending.remove(&partition);
+                }
+                Some(Err(e)) => return Err(e).with_context(|| format!("cannot read the topic {topic}")),
+                Some(Ok(message)) => {
+                    if let Some(key) = message.key() {
+                        entries.push((key.to_vec(), message.payload().map(<[u8]>::to_vec)));
+                    }
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Sends one (key, value) without waiting for its acknowledgement.
+    fn send(&self, key: &[u8], value: Option<&[u8]>) -> anyhow::Result<()> {
+        let mut record = FutureRecord::to(&self.topic).key(key);
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        self.producer
+            .send_result(record)
+            .map(drop)
+            .map_err(|(e, _)| anyhow::anyhow!("cannot write to the topic {}: {e}", self.topic))
+    }
+
+    /// Writes every (key, value) and waits until the broker acknowledged each.
+    fn write(&self, entries: &[Entry]) -> anyhow::Result<()> {
+        let mut deliveries = Vec::with_capacity(entries.len());
+        for (key, value) in entries {
+            let mut record = FutureRecord::to(&self.topic).key(key);
+            if let Some(value) = value {
+                record = record.payload(value);
+            }
+            let delivery = self
+                .producer
+                .send_result(record)
+                .map_err(|(e, _)| anyhow::anyhow!("cannot write to the topic {}: {e}", self.topic))?;
+            deliveries.push(delivery);
+        }
+        // The producer's message.timeout.ms bounds each wait.
+        for delivery in deliveries {
+            match block_on(delivery) {
+                Ok(Ok(_)) => {}
+                Ok(Err((e, _))) => anyhow::bail!("cannot write to the topic {}: {e}", self.topic),
+                Err(_) => anyhow::bail!("cannot write to the topic {}: the producer went away", self.topic),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The three stores on one cluster.
+pub struct KafkaBackend {
+    offsets_topic_name: String,
+    offsets_topic: TopicView,
+    configs_topic: TopicView,
+    statuses_topic: TopicView,
+    offsets: Mutex<BTreeMap<(Namespace, String), String>>,
+    configs: Mutex<BTreeMap<Namespace, StoredConfig>>,
+    statuses: Mutex<BTreeMap<Namespace, ConnectorStatus>>,
+}
+
+#[derive(Default, Clone)]
+struct StoredConfig {
+    properties: Option<Vec<(String, String)>>,
+    target: Option<TargetState>,
+    tasks: BTreeMap<u32, Vec<(String, String)>>,
+    committed_tasks: Option<u32>,
+}
+
+impl KafkaBackend {
+    /// Connects, makes or checks the three topics, and reads each to its end.
+    pub fn open(kafka: &KafkaConfig) -> anyhow::Result<Arc<KafkaBackend>> {
+        let admin = admin_client(kafka)?;
+        ensure_compacted_topics(
+            &admin,
+            &[
+                (&kafka.offsets, "offset.storage.topic"),
+                (&kafka.configs, "config.storage.topic"),
+                (&kafka.statuses, "status.storage.topic"),
+            ],
+        )?;
+        let producer: FutureProducer<KafkaLog> = client_config(
+            kafka,
+            &[
+                ("enable.idempotence", "true"),
+                ("acks", "all"),
+                ("partitioner", "murmur2_random"),
+                ("linger.ms", "0"),
+                ("message.timeout.ms", WRITE_TIMEOUT_MS),
+            ],
+        )
+        .create_with_context(KafkaLog)
+        .context("[kafka]: cannot make a producer")?;
+        let view = |topic: &InternalTopic| TopicView { topic: topic.name.clone(), producer: producer.clone() };
+        let backend = KafkaBackend {
+            offsets_topic_name: kafka.offsets.name.clone(),
+            offsets_topic: view(&kafka.offsets),
+            configs_topic: view(&kafka.configs),
+            statuses_topic: view(&kafka.statuses),
+            offsets: Mutex::default(),
+            configs: Mutex::default(),
+            statuses: Mutex::default(),
+        };
+        for (key, value) in TopicView::read_to_end(kafka, &kafka.offsets.name)? {
+            backend.apply_offset(&key, value.as_deref());
+        }
+        for (key, value) in TopicView::read_to_end(kafka, &kafka.configs.name)? {
+            backend.apply_config(&key, value.as_deref());
+        }
+        for (key, value) in TopicView::read_to_end(kafka, &kafka.statuses.name)? {
+            backend.apply_status(&key, value.as_deref());
+        }
+        Ok(Arc::new(backend))
+    }
+
+    /// The offsets topic, for producers that write offsets in their own transactions.
+    pub fn offsets_topic(&self) -> &str {
+        &self.offsets_topic_name
+    }
+
+    /// Offsets a transaction that also held their records committed.
+    pub fn remember_offsets(&self, ns: &Namespace, offsets: &[(String, String)]) {
+        let mut stored = self.offsets.lock().unwrap();
+        for (partition, offset) in offsets {
+            stored.insert((ns.clone(), partition.clone()), offset.clone());
+        }
+    }
+
+    fn apply_offset(&self, key: &[u8], value: Option<&[u8]>) {
+        let Some((ns, partition)) = parse_offset_key(key) else {
+            tracing::warn!(
+                "offsets topic: a key that is not [\"<connector>\",{{partition}}]: {}",
+                String::from_utf8_lossy(key)
+            );
+            return;
+        };
+        let mut offsets = self.offsets.lock().unwrap();
+        match value.map(|v| std::str::from_utf8(v).ok().and_then(|v| super::json::canonical_object(v).ok())) {
+            None => {
+                offsets.remove(&(ns, partition));
+            }
+            Some(Some(offset)) => {
+                offsets.insert((ns, partition), offset);
+            }
+            Some(None) => {
+                tracing::warn!("offsets topic: an offset that is not a JSON object, for {}", qualified_name(&ns))
+            }
+        }
+    }
+
+    fn apply_config(&self, key: &[u8], value: Option<&[u8]>) {
+        let Ok(key) = std::str::from_utf8(key) else { return };
+        let value: Option<Value> = value.and_then(|v| serde_json::from_slice(v).ok());
+        let mut configs = self.configs.lock().unwrap();
+        if let Some(name) = key.strip_prefix("connector-") {
+            let ns = namespace_of(name);
+            match value.as_ref().and_then(|v| properties(&v["properties"])) {
+                Some(properties) => configs.entry(ns).or_default().properties = Some(properties),
+                None => {
+                    configs.remove(&ns);
+                }
+            }
+        } else if let Some(name) = key.strip_prefix("target-state-") {
+            let state =
+                value.as_ref().and_then(|v| v.get("state.v2").or_else(|| v.get("state"))).and_then(Value::as_str);
+            let target = match state {
+                Some("PAUSED") => Some(TargetState::Paused),
+                Some("STOPPED") => Some(TargetState::Stopped),
+                Some(_) => Some(TargetState::Started),
+                None => None,
+            };
+            if let Some(entry) = configs.get_mut(&namespace_of(name)) {
+                entry.target = target;
+            } else if target.is_some() {
+                configs.entry(namespace_of(name)).or_default().target = target;
+            }
+        } else if let Some(rest) = key.strip_prefix("task-") {
+            let Some((name, task)) = rest.rsplit_once('-') else { return };
+            let Ok(task) = task.parse::<u32>() else { return };
+            let entry = configs.entry(namespace_of(name)).or_default();
+            match value.as_ref().and_then(|v| properties(&v["properties"])) {
+                Some(properties) => {
+                    entry.tasks.insert(task, properties);
+                }
+                None => {
+                    entry.tasks.remove(&task);
+                }
+            }
+        } else if let Some(name) = key.strip_prefix("commit-") {
+            let tasks = value.as_ref().and_then(|v| v["tasks"].as_u64()).and_then(|n| u32::try_from(n).ok());
+            configs.entry(namespace_of(name)).or_default().committed_tasks = tasks;
+        }
+    }
+
+    fn apply_status(&self, key: &[u8], value: Option<&[u8]>) {
+        let Some(name) = std::str::from_utf8(key).ok().and_then(|k| k.strip_prefix("status-connector-")) else {
+            return;
+        };
+        let ns = namespace_of(name);
+        let mut statuses = self.statuses.lock().unwrap();
+        match value.and_then(|v| serde_json::from_slice::<Value>(v).ok()).and_then(|v| status_from_record(&ns, v)) {
+            Some(status) => {
+                statuses.insert(ns, status);
+            }
+            None => {
+                statuses.remove(&ns);
+            }
+        }
+    }
+
+    fn write_configs(&self, entries: Vec<(String, Option<Value>)>) -> anyhow::Result<()> {
+        let encoded: Vec<Entry> =
+            entries.into_iter().map(|(k, v)| (k.into_bytes(), v.map(|v| v.to_string().into_bytes()))).collect();
+        self.configs_topic.write(&encoded)?;
+        for (key, value) in &encoded {
+            self.apply_config(key, value.as_deref());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for KafkaBackend {
+    fn drop(&mut self) {
+        // Statuses are sent without waiting: give the last ones a moment to leave (a
+        // dropped producer purges what it still holds).
+        let _ = self.statuses_topic.producer.flush(Duration::from_secs(5));
+    }
+}
+
+/// `["<connector>",{partition}]` as Connect's JsonConverter writes it, the partition in
+/// canonical form.
+pub fn offset_key(ns: &Namespace, partition: &str) -> anyhow::Result<Vec<u8>> {
+    let partition: Value = serde_json::from_str(partition).context("a partition that is not JSON")?;
+    Ok(serde_json::to_vec(&json!([qualified_name(ns), partition]))?)
+}
+
+fn parse_offset_key(key: &[u8]) -> Option<(Namespace, String)> {
+    let Value::Array(parts) = serde_json::from_slice::<Value>(key).ok()? else { return None };
+    let [Value::String(name), partition @ Value::Object(_)] = parts.as_slice() else { return None };
+    let partition = super::json::canonical_object(&partition.to_string()).ok()?;
+    Some((namespace_of(name), partition))
+}
+
+fn properties(value: &Value) -> Option<Vec<(String, String)>> {
+    let map = value.as_object()?;
+    Some(map.iter().map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), String::from))).collect())
+}
+
+fn status_from_record(ns: &Namespace, mut value: Value) -> Option<ConnectorStatus> {
+    let tasks = value.get_mut("tasks").map(Value::take).unwrap_or(Value::Array(Vec::new()));
+    let connector = serde_json::from_value(value).ok()?;
+    Some(ConnectorStatus {
+        name: ns.connector.clone(),
+        connector,
+        tasks: serde_json::from_value(tasks).ok()?,
+        kind: "source".into(),
+    })
+}
+
+fn target_state_record(state: TargetState) -> Value {
+    // Before KIP-875 readers know only STARTED and PAUSED: a stopped connector is paused
+    // for them, as Connect writes it.
+    let (v1, v2) = match state {
+        TargetState::Started => ("STARTED", "STARTED"),
+        TargetState::Paused => ("PAUSED", "PAUSED"),
+        TargetState::Stopped => ("PAUSED", "STOPPED"),
+    };
+    json!({ "state": v1, "state.v2": v2 })
+}
+
+impl OffsetStore for KafkaBackend {
+    fn offsets(&self, ns: &Namespace, partitions: &[String]) -> anyhow::Result<Vec<Option<String>>> {
+        let offsets = self.offsets.lock().unwrap();
+        Ok(partitions.iter().map(|p| offsets.get(&(ns.clone(), p.clone())).cloned()).collect())
+    }
+
+    /// Each partition's offset is its own record: a crash between two of them leaves some
+    /// partitions committed and others not, which at-least-once delivery allows.
+    fn commit_offsets(&self, ns: &Namespace, offsets: &[(String, String)]) -> anyhow::Result<()> {
+        let entries = offsets
+            .iter()
+            .map(|(partition, offset)| Ok((offset_key(ns, partition)?, Some(offset.clone().into_bytes()))))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        self.offsets_topic.write(&entries)?;
+        self.remember_offsets(ns, offsets);
+        Ok(())
+    }
+
+    fn all_offsets(&self, ns: &Namespace) -> anyhow::Result<Vec<(String, String)>> {
+        let offsets = self.offsets.lock().unwrap();
+        Ok(offsets.iter().filter(|((n, _), _)| n == ns).map(|((_, p), o)| (p.clone(), o.clone())).collect())
+    }
+
+    fn delete_offset(&self, ns: &Namespace, partition: &str) -> anyhow::Result<bool> {
+        let present = self.offsets.lock().unwrap().contains_key(&(ns.clone(), partition.to_string()));
+        if present {
+            self.offsets_topic.write(&[(offset_key(ns, partition)?, None)])?;
+            self.offsets.lock().unwrap().remove(&(ns.clone(), partition.to_string()));
+        }
+        Ok(present)
+    }
+}
+
+impl ConfigStore for KafkaBackend {
+    fn put_connector_config(&self, ns: &Namespace, config: &[(String, String)]) -> anyhow::Result<()> {
+        let properties: serde_json::Map<String, Value> =
+            config.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        self.write_configs(vec![(
+            format!("connector-{}", qualified_name(ns)),
+            Some(json!({ "properties": properties })),
+        )])
+    }
+
+    fn connectors(&self, tenant: &str) -> anyhow::Result<Vec<String>> {
+        let configs = self.configs.lock().unwrap();
+        Ok(configs
+            .iter()
+            .filter(|(ns, c)| ns.tenant == tenant && c.properties.is_some())
+            .map(|(ns, _)| ns.connector.clone())
+            .collect())
+    }
+
+    fn connector_config(&self, ns: &Namespace) -> anyhow::Result<Option<Vec<(String, String)>>> {
+        Ok(self.configs.lock().unwrap().get(ns).and_then(|c| c.properties.clone()))
+    }
+
+    fn stored_connectors(&self) -> anyhow::Result<Vec<StoredConnector>> {
+        let configs = self.configs.lock().unwrap();
+        Ok(configs
+            .iter()
+            .filter_map(|(ns, c)| Some((ns.clone(), c.properties.clone()?, c.target.unwrap_or(TargetState::Started))))
+            .collect())
+    }
+
+    fn put_target_state(&self, ns: &Namespace, state: TargetState) -> anyhow::Result<()> {
+        self.write_configs(vec![(format!("target-state-{}", qualified_name(ns)), Some(target_state_record(state)))])
+    }
+
+    fn delete_connector(&self, ns: &Namespace) -> anyhow::Result<()> {
+        let name = qualified_name(ns);
+        let tasks: Vec<u32> =
+            self.configs.lock().unwrap().get(ns).map(|c| c.tasks.keys().copied().collect()).unwrap_or_default();
+        let mut entries = vec![(format!("connector-{name}"), None), (format!("target-state-{name}"), None)];
+        entries.extend(tasks.iter().map(|task| (format!("task-{name}-{task}"), None)));
+        entries.push((format!("commit-{name}"), None));
+        self.write_configs(entries)?;
+        self.configs.lock().unwrap().remove(ns);
+        self.statuses_topic.write(&[(format!("status-connector-{name}").into_bytes(), None)])?;
+        self.statuses.lock().unwrap().remove(ns);
+        Ok(())
+    }
+
+    fn tenants(&self) -> anyhow::Result<Vec<String>> {
+        let configs = self.configs.lock().unwrap();
+        let mut tenants: Vec<String> =
+            configs.iter().filter(|(_, c)| c.properties.is_some()).map(|(ns, _)| ns.tenant.clone()).collect();
+        tenants.dedup();
+        Ok(tenants)
+    }
+
+    fn put_task_configs(&self, ns: &Namespace, tasks: &[Vec<(String, String)>]) -> anyhow::Result<()> {
+        let name = qualified_name(ns);
+        let mut entries: Vec<(String, Option<Value>)> = tasks
+            .iter()
+            .enumerate()
+            .map(|(task, config)| {
+                let properties: serde_json::Map<String, Value> =
+                    config.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+                (format!("task-{name}-{task}"), Some(json!({ "properties": properties })))
+            })
+            .collect();
+        // The commit record makes the new set current (Connect's two-phase task configs).
+        entries.push((format!("commit-{name}"), Some(json!({ "tasks": tasks.len() }))));
+        self.write_configs(entries)
+    }
+
+    fn task_configs(&self, ns: &Namespace) -> anyhow::Result<Vec<Vec<(String, String)>>> {
+        let configs = self.configs.lock().unwrap();
+        let Some(entry) = configs.get(ns) else { return Ok(Vec::new()) };
+        let count = entry.committed_tasks.unwrap_or(0);
+        Ok((0..count).filter_map(|task| entry.tasks.get(&task).cloned()).collect())
+    }
+}
+
+impl StatusStore for KafkaBackend {
+    fn put_status(&self, ns: &Namespace, status: &ConnectorStatus) -> anyhow::Result<()> {
+        let mut value = serde_json::to_value(&status.connector)?;
+        value["generation"] = json!(0);
+        value["tasks"] = serde_json::to_value(&status.tasks)?;
+        let key = format!("status-connector-{}", qualified_name(ns)).into_bytes();
+        // Statuses change often (usage every second) and are called from the worker's
+        // async code: sent without waiting for the acknowledgement, as Connect does (the
+        // idempotent producer keeps them in order). This worker reads its own view.
+        self.statuses.lock().unwrap().insert(ns.clone(), status.clone());
+        self.statuses_topic.send(&key, Some(value.to_string().as_bytes()))
+    }
+
+    fn statuses(&self, tenant: &str) -> anyhow::Result<Vec<ConnectorStatus>> {
+        let statuses = self.statuses.lock().unwrap();
+        Ok(statuses.iter().filter(|(ns, _)| ns.tenant == tenant).map(|(_, s)| s.clone()).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_keys_are_connects_and_tenants_cannot_forge_each_other() {
+        let default = Namespace::new(DEFAULT_TENANT, "files");
+        assert_eq!(offset_key(&default, r#"{"path":"/in/a.log"}"#).unwrap(), br#"["files",{"path":"/in/a.log"}]"#);
+        let acme = Namespace::new("acme", "files");
+        assert_eq!(offset_key(&acme, r#"{"id":1}"#).unwrap(), br#"["acme/files",{"id":1}]"#);
+        // Connect's key order differs: matched by parsed JSON.
+        let (ns, partition) = parse_offset_key(br#"["files", {"b": 2, "a": "x"}]"#).unwrap();
+        assert_eq!(ns, default);
+        assert_eq!(partition, r#"{"a":"x","b":2}"#);
+        assert_eq!(parse_offset_key(br#"["acme/files",{"id":1}]"#).unwrap().0, acme);
+        assert!(parse_offset_key(b"not json").is_none());
+        assert!(parse_offset_key(br#"["files","not an object"]"#).is_none());
+    }
+
+    #[test]
+    fn target_states_read_back_and_stopped_is_paused_for_old_readers() {
+        let stopped = target_state_record(TargetState::Stopped);
+        assert_eq!(stopped, json!({"state": "PAUSED", "state.v2": "STOPPED"}));
+    }
+}

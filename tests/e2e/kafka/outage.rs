@@ -1,0 +1,74 @@
+//! A broker outage mid-stream: `sluice serve` (state in Kafka) runs counters into Kafka;
+//! the broker is taken down long enough for the tasks to say so in their status, then
+//! brought back; the tasks recover by themselves, with nothing lost.
+
+use std::collections::BTreeSet;
+
+use serde_json::json;
+
+use super::Broker;
+use crate::rest::{Server, all_in, plugin_folder};
+use crate::wait_until;
+
+const RECORDS: u64 = 20_000;
+
+fn counter_id(value: &[u8]) -> (u32, u64) {
+    let text = String::from_utf8_lossy(value);
+    let (task, seq) = text.trim_end_matches('.').split_once('-').unwrap();
+    (task.parse().unwrap(), seq.parse().unwrap())
+}
+
+#[test]
+fn a_broker_outage_loses_nothing_and_the_tasks_recover_by_themselves() {
+    let mut broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, broker.worker_toml(true, "")).unwrap();
+    let server = Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), Some(&config));
+    let created = server.call(
+        "POST",
+        "/connectors",
+        None,
+        Some(
+            &json!({"name": "count", "config": {
+                "connector.class": "counter", "topic": "numbers", "tasks.max": "2",
+                "record.count": RECORDS.to_string(), "records.per.second": "1500",
+                "topic.creation.default.partitions": "2", "topic.creation.default.replication.factor": "1",
+            }})
+            .to_string(),
+        ),
+    );
+    assert_eq!(created.status, 201, "{created:?}");
+    wait_until("records to flow", || (broker.count("numbers") > 2000).then_some(()));
+
+    broker.stop();
+    let during = server.wait_for("a task saying it cannot deliver", "/connectors/count/status", None, |s| {
+        s["tasks"].as_array().is_some_and(|tasks| {
+            tasks.iter().any(|t| t["state"] == "RUNNING" && t["trace"].as_str().is_some_and(|t| t.contains("deliver")))
+        })
+    });
+    println!("during the outage: {during}");
+    broker.restart();
+
+    let done = |s: &serde_json::Value| {
+        s["offsets"]
+            .as_array()
+            .is_some_and(|o| o.len() == 2 && o.iter().all(|o| o["offset"]["seq"].as_u64() == Some(RECORDS - 1)))
+    };
+    server.wait_for("every record delivered after the outage", "/connectors/count/offsets", None, done);
+    let status = server.wait_for("both tasks RUNNING without a note", "/connectors/count/status", None, |s| {
+        all_in(s, "RUNNING", 2) && s["tasks"].as_array().unwrap().iter().all(|t| t["trace"].is_null())
+    });
+    assert_eq!(status["connector"]["state"], "RUNNING");
+
+    let records = broker.read("numbers");
+    let distinct: BTreeSet<(u32, u64)> = records.iter().map(|r| counter_id(r.value.as_deref().unwrap())).collect();
+    let expected: BTreeSet<(u32, u64)> = (0..2).flat_map(|t| (0..RECORDS).map(move |s| (t, s))).collect();
+    assert_eq!(distinct.len(), expected.len(), "records lost in the outage");
+    assert_eq!(distinct, expected);
+    println!(
+        "outage: {} records, none lost, {} sent twice (at-least-once)",
+        expected.len(),
+        records.len() - expected.len()
+    );
+}
