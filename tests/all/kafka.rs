@@ -232,6 +232,17 @@ fn counter_id(value: &[u8]) -> String {
     String::from_utf8_lossy(value).trim_end_matches('.').to_string()
 }
 
+/// The distinct counter sequence numbers of `records`, sorted (re-sent records count once).
+fn distinct_seqs(records: &[Read]) -> Vec<u64> {
+    let mut seqs: Vec<u64> = records
+        .iter()
+        .map(|(_, _, v, _)| counter_id(v.as_deref().unwrap()).rsplit('-').next().unwrap().parse().unwrap())
+        .collect();
+    seqs.sort();
+    seqs.dedup();
+    seqs
+}
+
 /// A host whose worker delivers to the mock cluster, with storage in Kafka or SQLite.
 async fn kafka_host(bootstrap: &str, storage_kafka: bool) -> TestHost {
     TestHost::with_tenants(&["counter"], &worker_toml(bootstrap, storage_kafka)).await
@@ -285,19 +296,21 @@ async fn a_broker_outage_loses_nothing_and_the_task_recovers_by_itself() {
     };
     wait_until("some records delivered", || seq(&offsets).filter(|s| *s > 500)).await;
     cluster.broker_down(1).unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Down until the task says so in its status.
+    let waiting = wait_until("the task saying it is waiting for Kafka", || {
+        host.status("count")?.tasks[0].trace.clone().filter(|t| t.contains("delivery waiting"))
+    })
+    .await;
     let during = seq(&offsets).unwrap();
     cluster.broker_up(1).unwrap();
     wait_until("every record delivered after the outage", || seq(&offsets).filter(|s| *s == 19999)).await;
     assert_eq!(host.status("count").unwrap().tasks[0].state, State::Running);
     let records = read_topic(&bootstrap, "numbers", 20000);
-    let mut seqs: Vec<u64> = records
-        .iter()
-        .map(|(_, _, v, _)| counter_id(v.as_deref().unwrap()).rsplit('-').next().unwrap().parse().unwrap())
-        .collect();
-    seqs.sort();
-    seqs.dedup();
-    assert_eq!(seqs, (0..20000).collect::<Vec<u64>>(), "nothing lost (offset {during} when the broker went down)");
+    assert_eq!(
+        distinct_seqs(&records),
+        (0..20000).collect::<Vec<u64>>(),
+        "nothing lost (offset {during} when the broker went down; the status said: {waiting})"
+    );
     host.herder.shutdown().await;
 }
 
@@ -396,13 +409,7 @@ async fn an_aborted_transaction_is_sent_again_and_nothing_is_lost() {
     assert_eq!(host.status("eos").unwrap().tasks[0].state, State::Running);
     host.herder.shutdown().await;
     // The mock keeps aborted records visible (it writes no markers), so count distinct.
-    let mut seqs: Vec<u64> = read_topic(&bootstrap, "numbers", 1000)
-        .iter()
-        .map(|(_, _, v, _)| counter_id(v.as_deref().unwrap()).rsplit('-').next().unwrap().parse().unwrap())
-        .collect();
-    seqs.sort();
-    seqs.dedup();
-    assert_eq!(seqs, (0..1000).collect::<Vec<u64>>());
+    assert_eq!(distinct_seqs(&read_topic(&bootstrap, "numbers", 1000)), (0..1000).collect::<Vec<u64>>());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,6 +437,15 @@ async fn a_fenced_task_fails_with_the_reason_and_commits_nothing_more() {
 async fn a_task_fenced_at_start_fails_with_the_reason() {
     let cluster = mock_cluster();
     let host = exactly_once_host(&cluster.bootstrap_servers()).await;
+    // The worker's own (idempotent) producer for its state topics gets its producer id
+    // first, so the injected error is the task's.
+    let warm = Namespace::new(DEFAULT_TENANT, "warm-up");
+    host.herder
+        .services()
+        .stores
+        .offsets()
+        .commit_offsets(&warm, &[(r#"{"p":0}"#.into(), r#"{"o":0}"#.into())])
+        .unwrap();
     cluster.request_errors(
         rdkafka::types::RDKafkaApiKey::InitProducerId,
         &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH],
@@ -438,4 +454,24 @@ async fn a_task_fenced_at_start_fails_with_the_reason() {
     let failed = host.wait_task("eos", 0, State::Failed).await;
     assert!(failed.trace.as_deref().is_some_and(|t| t.contains("fenced")), "{failed:?}");
     host.herder.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_errors_are_retried_and_lose_nothing() {
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let host = kafka_host(&bootstrap, true).await;
+    // Passing errors on Produce: librdkafka retries them, the batch waits, nothing is lost.
+    cluster.request_errors(
+        rdkafka::types::RDKafkaApiKey::Produce,
+        &[
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+        ],
+    );
+    host.start(connector("count", "counter", &[("topic", "numbers"), ("record.count", "3000")])).await;
+    wait_until("the last offset committed", || committed_seq(&host, "count").filter(|s| *s == 2999)).await;
+    host.herder.shutdown().await;
+    assert_eq!(distinct_seqs(&read_topic(&bootstrap, "numbers", 3000)), (0..3000).collect::<Vec<u64>>());
 }

@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use anyhow::Context;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -43,7 +44,8 @@ pub struct KafkaDestination {
     overrides: BTreeMap<String, String>,
     /// Exactly-once: the Kafka storage whose offsets topic transactions write to.
     exactly_once: Option<Arc<KafkaBackend>>,
-    producer: FutureProducer<KafkaLog>,
+    /// The at-least-once producer its tasks share (none with exactly-once).
+    producer: Option<FutureProducer<KafkaLog>>,
     offsets: Arc<dyn OffsetStore>,
     settings: KafkaSettings,
     topics: Arc<TopicMaker>,
@@ -72,8 +74,15 @@ impl KafkaDestination {
         for (key, value) in overrides {
             config.set(key, value);
         }
-        let producer: FutureProducer<KafkaLog> =
-            config.create_with_context(KafkaLog).map_err(|e| anyhow::anyhow!("cannot make a Kafka producer: {e}"))?;
+        // Exactly-once sends through each task's transactional producer only.
+        let producer = match exactly_once {
+            Some(_) => None,
+            None => Some(
+                config
+                    .create_with_context::<KafkaLog, FutureProducer<KafkaLog>>(KafkaLog)
+                    .map_err(|e| anyhow::anyhow!("cannot make a Kafka producer: {e}"))?,
+            ),
+        };
         let prefix = if tenant == DEFAULT_TENANT { String::new() } else { format!("{tenant}.") };
         let topics = Arc::new(TopicMaker {
             prefix,
@@ -224,7 +233,7 @@ impl Destination for KafkaDestination {
         Ok(Some(match &self.exactly_once {
             Some(backend) => Arc::new(TransactionalTask::start(self, backend.clone(), ns, task)?),
             None => Arc::new(PipelinedTask {
-                producer: self.producer.clone(),
+                producer: self.producer.clone().expect("an at-least-once destination has a producer"),
                 topics: self.topics.clone(),
                 offsets: self.offsets.clone(),
                 state: Mutex::default(),
@@ -251,7 +260,8 @@ impl Destination for KafkaDestination {
     fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()> {
         let topics: Vec<String> = records.iter().map(|r| self.kafka_topic(&r.topic)).collect();
         self.topics.ensure(&topics)?;
-        let deliveries = send_all(&self.producer, records, &topics)?;
+        let producer = self.producer.as_ref().context("exactly-once delivers through each task's producer")?;
+        let deliveries = send_all(producer, records, &topics)?;
         let mut failure = None;
         for delivery in deliveries {
             match futures_executor::block_on(delivery) {
@@ -644,6 +654,8 @@ impl Drop for KafkaDestination {
     fn drop(&mut self) {
         // Everything deliver() returned for is acknowledged; this only bounds the wait for
         // records of a batch that failed.
-        let _ = self.producer.flush(Duration::from_secs(5));
+        if let Some(producer) = &self.producer {
+            let _ = producer.flush(Duration::from_secs(5));
+        }
     }
 }

@@ -66,6 +66,17 @@ fn file_pulse_into_kafka_loses_nothing_under_sigkill() {
     child.wait().unwrap();
 
     let records = broker.read("lines");
+    let partitions: std::collections::BTreeSet<i32> = records.iter().map(|r| r.partition).collect();
+    assert!(
+        partitions.len() > 1 && partitions.iter().all(|p| *p < 3),
+        "topic.creation.default.partitions=3: {partitions:?}"
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| r.headers.iter().any(|(k, v)| k == "file.path" && r.key.as_deref() == Some(v.as_slice()))),
+        "every record keeps its key and file-pulse's file.path header"
+    );
     let delivered = lines_by_file(&records);
     let total: usize = expected.values().map(Vec::len).sum();
     let mut duplicates = 0;

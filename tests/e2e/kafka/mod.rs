@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::DEADLINE;
@@ -183,6 +183,7 @@ pub struct Read {
     pub partition: i32,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 pub fn read_topic(bootstrap: &str, topic: &str) -> Vec<Read> {
@@ -218,6 +219,10 @@ pub fn read_topic(bootstrap: &str, topic: &str) -> Vec<Read> {
                 partition: message.partition(),
                 key: message.key().map(<[u8]>::to_vec),
                 value: message.payload().map(<[u8]>::to_vec),
+                headers: message
+                    .headers()
+                    .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
+                    .unwrap_or_default(),
             }),
         }
     }
