@@ -58,16 +58,7 @@ const MANAGED_CLIENT_KEYS: &[&str] = &["transactional.id", "enable.idempotence",
 impl KafkaConfig {
     /// Reads `[kafka]`; errors name the key.
     pub fn parse(table: BTreeMap<String, toml::Value>) -> anyhow::Result<KafkaConfig> {
-        let mut values: BTreeMap<String, String> = table
-            .into_iter()
-            .map(|(key, value)| {
-                let text = match value {
-                    toml::Value::String(text) => text,
-                    other => other.to_string(),
-                };
-                (key, text)
-            })
-            .collect();
+        let mut values = as_text(table);
         let mut take = |key: &str| {
             let default = WORKER_KEYS.iter().find(|(k, _)| *k == key).expect("a worker key").1;
             values.remove(key).unwrap_or_else(|| default.to_string())
@@ -125,6 +116,21 @@ impl KafkaConfig {
         );
         Ok(KafkaConfig { client: values, offsets, configs, statuses, group_id, exactly_once_source })
     }
+}
+
+/// A TOML table of settings as text, the way Kafka and Connect take every setting
+/// (`5` and `"5"` alike).
+pub(super) fn as_text(table: BTreeMap<String, toml::Value>) -> BTreeMap<String, String> {
+    table
+        .into_iter()
+        .map(|(key, value)| {
+            let text = match value {
+                toml::Value::String(text) => text,
+                other => other.to_string(),
+            };
+            (key, text)
+        })
+        .collect()
 }
 
 /// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.` or `..`.

@@ -189,17 +189,7 @@ impl WorkerConfig {
             let name = tenant.name.clone();
             anyhow::ensure!(tenants.insert(name.clone(), tenant).is_none(), "tenant {name} is declared twice");
         }
-        let defaults = file
-            .defaults
-            .into_iter()
-            .map(|(key, value)| {
-                let text = match value {
-                    toml::Value::String(text) => text,
-                    other => other.to_string(),
-                };
-                (key, text)
-            })
-            .collect();
+        let defaults = super::kafka::as_text(file.defaults);
         if let Some(hash) = &file.operator.token_sha256 {
             anyhow::ensure!(
                 hash.len() == 64 && hash.chars().all(|c| c.is_ascii_hexdigit()),
@@ -207,7 +197,7 @@ impl WorkerConfig {
             );
         }
         let kafka = file.kafka.map(KafkaConfig::parse).transpose()?;
-        let mut defaults: BTreeMap<String, String> = defaults;
+        let mut defaults = defaults;
         if file.storage.kind == StorageKind::Kafka {
             // Records go where the offsets are, unless the operator says otherwise.
             defaults.entry(super::keys::DESTINATION.to_string()).or_insert_with(|| "kafka".to_string());
