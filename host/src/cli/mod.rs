@@ -396,11 +396,16 @@ async fn run(
         server.stop().await;
     }
     herder.shutdown().await;
+    Ok(exit_code(exit))
+}
+
+/// How a worker that stopped exits: 0 on a signal, 1 (saying why) when it asked to stop.
+fn exit_code(exit: Option<String>) -> ExitCode {
     match exit {
-        None => Ok(ExitCode::SUCCESS),
+        None => ExitCode::SUCCESS,
         Some(reason) => {
             eprintln!("error: {reason}: stopped");
-            Ok(ExitCode::FAILURE)
+            ExitCode::FAILURE
         }
     }
 }

@@ -119,13 +119,7 @@ pub async fn serve(
     server.stop().await;
     watcher.abort();
     herder.shutdown().await;
-    match exit {
-        None => Ok(ExitCode::SUCCESS),
-        Some(reason) => {
-            eprintln!("error: {reason}: stopped");
-            Ok(ExitCode::FAILURE)
-        }
-    }
+    Ok(super::exit_code(exit))
 }
 
 /// Waits for Ctrl-C or SIGTERM (`None`), or for the worker to ask to stop (`Some(why)`).

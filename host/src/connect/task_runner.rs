@@ -167,8 +167,8 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         TaskCounters::add(&counters.polled, records.len() as u64);
         if records.is_empty() {
             if unsettled {
-                // Nothing new to send: settle what is in flight, so its offsets are
-                // committed now rather than with the next batch.
+                // Nothing new to send: the destination settles what it holds (an open
+                // exactly-once transaction commits) rather than waiting for the next batch.
                 unsettled = false;
                 let (flushing, namespace) = (destination.clone(), spec.namespace.clone());
                 match tokio::task::spawn_blocking(move || flushing.flush(&namespace)).await {

@@ -101,9 +101,9 @@ impl KafkaDestination {
         })
     }
 
-    /// The Kafka topic of a record's topic.
-    pub fn kafka_topic(&self, topic: &str) -> String {
-        self.topics.name(topic)
+    fn at_least_once(&self) -> anyhow::Result<AtLeastOnceTask> {
+        let producer = self.producer.clone().context("exactly-once delivers through each task's producer")?;
+        Ok(AtLeastOnceTask { producer, topics: self.topics.clone(), offsets: self.offsets.clone() })
     }
 }
 
@@ -232,12 +232,7 @@ impl Destination for KafkaDestination {
     fn for_task(&self, ns: &Namespace, task: u32) -> anyhow::Result<Option<Arc<dyn Destination>>> {
         Ok(Some(match &self.exactly_once {
             Some(backend) => Arc::new(TransactionalTask::start(self, backend.clone(), ns, task)?),
-            None => Arc::new(PipelinedTask {
-                producer: self.producer.clone().expect("an at-least-once destination has a producer"),
-                topics: self.topics.clone(),
-                offsets: self.offsets.clone(),
-                state: Mutex::default(),
-            }),
+            None => Arc::new(self.at_least_once()?),
         }))
     }
 
@@ -258,145 +253,43 @@ impl Destination for KafkaDestination {
     }
 
     fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()> {
-        let topics: Vec<String> = records.iter().map(|r| self.kafka_topic(&r.topic)).collect();
-        self.topics.ensure(&topics)?;
-        let producer = self.producer.as_ref().context("exactly-once delivers through each task's producer")?;
-        let deliveries = send_all(producer, records, &topics)?;
-        let mut failure = None;
-        for delivery in deliveries {
-            match futures_executor::block_on(delivery) {
-                Ok(Ok(_)) => {}
-                Ok(Err((e, _))) => {
-                    failure.get_or_insert(e);
-                }
-                Err(_) => anyhow::bail!("the Kafka producer went away"),
-            }
-        }
-        if let Some(e) = failure {
-            let retriable = e.rdkafka_error_code().is_none_or(is_retriable);
-            let message = format!("Kafka did not take the batch ({} records): {e}", records.len());
-            return Err(if retriable { RetriableDelivery::wrap(message) } else { anyhow::anyhow!(message) });
-        }
-        self.offsets.commit_offsets(ns, offsets).map_err(|e| RetriableDelivery::wrap(format!("{e:#}")))
+        self.at_least_once()?.deliver(ns, records, offsets)
     }
 }
 
-/// Records a task may have sent and not yet seen acknowledged when `deliver` returns: none.
-/// Each batch is acknowledged and its offsets committed before the next is polled, so a
-/// crash sends at most one batch per task again. (A window of many batches measured
-/// 1.1x a bare producer instead of 0.75x on nisshi, but re-sends that many; see
-/// docs/kafka.md.)
-const MAX_IN_FLIGHT_RECORDS: usize = 0;
-const MAX_IN_FLIGHT_BYTES: usize = 0;
-/// How often acknowledged batches' offsets are committed while records flow: at once.
-const OFFSET_COMMIT_EVERY: Duration = Duration::ZERO;
 /// How long a task keeps sending again records Kafka did not take before it fails.
 const RESEND_FOR: Duration = Duration::from_secs(300);
 
-/// One task's at-least-once pipeline: `deliver` sends a batch; acknowledged batches are
-/// settled in the order they were sent and their offsets committed, so an offset never
-/// passes a record Kafka has not acknowledged (Connect's `SubmittedRecords`). With the
-/// window above at zero, every batch is settled before `deliver` returns.
-struct PipelinedTask {
+/// One task's at-least-once delivery: a batch is sent, every record of it acknowledged,
+/// then its offsets committed, before `deliver` returns, so an offset never passes a
+/// record Kafka has not acknowledged (Connect's `SubmittedRecords`) and a crash sends at
+/// most one batch per task again. (Keeping many batches in flight measured 1.1x a bare
+/// producer instead of 0.75x on nisshi, but would re-send all of them; see docs/kafka.md.)
+struct AtLeastOnceTask {
     producer: FutureProducer<KafkaLog>,
     topics: Arc<TopicMaker>,
     offsets: Arc<dyn OffsetStore>,
-    state: Mutex<Pipeline>,
 }
 
-#[derive(Default)]
-struct Pipeline {
-    in_flight: std::collections::VecDeque<InFlight>,
-    records: usize,
-    bytes: usize,
-    /// Offsets of acknowledged batches, not yet committed (latest per partition).
-    ready: BTreeMap<String, String>,
-    last_commit: Option<std::time::Instant>,
-}
-
-struct InFlight {
-    deliveries: Vec<DeliveryFuture>,
-    /// How many of `deliveries` (from the first) are acknowledged.
-    acknowledged: usize,
-    records: Vec<Record>,
-    offsets: Vec<(String, String)>,
-    bytes: usize,
-}
-
-fn record_bytes(records: &[Record]) -> usize {
-    records.iter().map(|r| r.key.as_ref().map_or(0, Vec::len) + r.value.as_ref().map_or(0, Vec::len)).sum()
-}
-
-impl PipelinedTask {
-    /// Settles acknowledged batches from the oldest (all of them when `wait`), commits the
-    /// offsets that are due, and sends again what Kafka did not take.
-    fn settle(&self, ns: &Namespace, state: &mut Pipeline, wait: bool) -> anyhow::Result<()> {
-        use futures_util::FutureExt;
-        while let Some(front) = state.in_flight.front_mut() {
-            let mut failed = None;
-            while front.acknowledged < front.deliveries.len() {
-                let delivery = &mut front.deliveries[front.acknowledged];
-                let outcome = if wait || state.records > MAX_IN_FLIGHT_RECORDS || state.bytes > MAX_IN_FLIGHT_BYTES {
-                    Some(futures_executor::block_on(delivery))
-                } else {
-                    delivery.now_or_never()
-                };
-                match outcome {
-                    None => break,
-                    Some(Ok(Ok(_))) => front.acknowledged += 1,
-                    Some(Ok(Err((e, _)))) => {
-                        failed = Some(e.to_string());
-                        break;
-                    }
-                    Some(Err(_)) => {
-                        failed = Some("the producer went away".into());
-                        break;
-                    }
-                }
-            }
-            if let Some(reason) = failed {
-                self.send_again(state, &reason)?;
-                continue;
-            }
-            if front.acknowledged < front.deliveries.len() {
-                break;
-            }
-            let done = state.in_flight.pop_front().expect("the front");
-            state.records -= done.records.len();
-            state.bytes -= done.bytes;
-            state.ready.extend(done.offsets);
-        }
-        let due = state.last_commit.is_none_or(|at| at.elapsed() >= OFFSET_COMMIT_EVERY);
-        if !state.ready.is_empty() && (wait || due) {
-            let ready: Vec<(String, String)> = state.ready.iter().map(|(p, o)| (p.clone(), o.clone())).collect();
-            match self.offsets.commit_offsets(ns, &ready) {
-                Ok(()) => {
-                    state.ready.clear();
-                    state.last_commit = Some(std::time::Instant::now());
-                }
-                // Kept, and committed with the next ones.
-                Err(e) if !wait => tracing::warn!("cannot commit offsets yet: {e:#}"),
-                Err(e) => return Err(RetriableDelivery::wrap(format!("cannot commit offsets: {e:#}"))),
-            }
-        }
-        Ok(())
-    }
-
-    /// The oldest batch has a record Kafka did not take (after the producer's own retries
-    /// for `message.timeout.ms`): every batch from it on is sent again, in order (what was
-    /// taken meanwhile is sent twice: at-least-once), until Kafka takes them, for
+impl AtLeastOnceTask {
+    /// Sends `records` until Kafka has taken every one (after the producer's own retries
+    /// for `message.timeout.ms`, the whole batch again, in order: at-least-once), for
     /// [`RESEND_FOR`] at most.
-    fn send_again(&self, state: &mut Pipeline, reason: &str) -> anyhow::Result<()> {
+    fn send_until_taken(&self, records: &[Record], topics: &[String]) -> anyhow::Result<()> {
         let started = std::time::Instant::now();
         let mut attempt = 0u32;
-        let mut reason = reason.to_string();
         loop {
-            // Let what is still in flight finish first: its outcome no longer matters.
-            for batch in &mut state.in_flight {
-                for delivery in batch.deliveries.drain(batch.acknowledged..) {
-                    let _ = futures_executor::block_on(delivery);
+            let refused = match send_all(&self.producer, records, topics) {
+                Ok(deliveries) => {
+                    deliveries.into_iter().find_map(|delivery| match futures_executor::block_on(delivery) {
+                        Ok(Ok(_)) => None,
+                        Ok(Err((e, _))) => Some(e.to_string()),
+                        Err(_) => Some("the producer went away".to_string()),
+                    })
                 }
-            }
+                Err(e) => Some(format!("{e:#}")),
+            };
+            let Some(reason) = refused else { return Ok(()) };
             if started.elapsed() >= RESEND_FOR {
                 anyhow::bail!(
                     "Kafka did not take records for {RESEND_FOR:?} ({reason}); the task resumes from its committed offsets when restarted"
@@ -404,54 +297,18 @@ impl PipelinedTask {
             }
             let delay = Duration::from_secs(1u64 << attempt.min(5)).min(Duration::from_secs(30));
             attempt += 1;
-            tracing::warn!(
-                "Kafka did not take a batch ({reason}); sending it and the ones after it again in {delay:?}"
-            );
+            tracing::warn!("Kafka did not take a batch ({reason}); sending it again in {delay:?}");
             std::thread::sleep(delay);
-            let mut sent_all = true;
-            for batch in &mut state.in_flight {
-                let topics: Vec<String> = batch.records.iter().map(|r| self.topics.name(&r.topic)).collect();
-                match self.topics.ensure(&topics).and_then(|()| send_all(&self.producer, &batch.records, &topics)) {
-                    Ok(deliveries) => {
-                        batch.deliveries = deliveries;
-                        batch.acknowledged = 0;
-                    }
-                    Err(e) => {
-                        reason = format!("{e:#}");
-                        sent_all = false;
-                        break;
-                    }
-                }
-            }
-            if sent_all {
-                return Ok(());
-            }
         }
     }
 }
 
-impl Destination for PipelinedTask {
+impl Destination for AtLeastOnceTask {
     fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()> {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(&r.topic)).collect();
         self.topics.ensure(&topics)?;
-        let deliveries = send_all(&self.producer, records, &topics)?;
-        let mut state = self.state.lock().unwrap();
-        let bytes = record_bytes(records);
-        state.records += records.len();
-        state.bytes += bytes;
-        state.in_flight.push_back(InFlight {
-            deliveries,
-            acknowledged: 0,
-            records: records.to_vec(),
-            offsets: offsets.to_vec(),
-            bytes,
-        });
-        self.settle(ns, &mut state, false)
-    }
-
-    fn flush(&self, ns: &Namespace) -> anyhow::Result<()> {
-        let mut state = self.state.lock().unwrap();
-        self.settle(ns, &mut state, true)
+        self.send_until_taken(records, &topics)?;
+        self.offsets.commit_offsets(ns, offsets).map_err(|e| RetriableDelivery::wrap(format!("{e:#}")))
     }
 }
 
