@@ -236,13 +236,21 @@ fn plugin_text_cannot_forge_log_lines_or_statuses() {
             break;
         }
     }
+    // The progress line can be printed before the FAILED status is committed: wait for the store.
+    let started = Instant::now();
+    let trace = loop {
+        let status = crate::stores(&data).unwrap().statuses().statuses(DEFAULT_TENANT).unwrap();
+        if let Some(trace) = status.first().and_then(|c| c.tasks.first()).and_then(|t| t.trace.clone()) {
+            break trace;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no trace stored: {status:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(lines.iter().all(|l| !l.starts_with("ERROR sluice: forged")), "a forged log line: {lines:#?}");
     assert!(lines.iter().any(|l| l.contains(r"innocent\nERROR sluice: forged line\r\u{1b}[2K")), "{lines:#?}");
     assert!(lines.iter().all(|l| !l.contains('\u{1b}') && !l.contains('\r')), "a raw control character: {lines:#?}");
-    let status = crate::stores(&data).unwrap().statuses().statuses(DEFAULT_TENANT).unwrap();
-    let trace = status[0].tasks[0].trace.clone().unwrap();
     assert_eq!(trace, r"raise-error: failing\nERROR sluice: forged line");
 }
 
