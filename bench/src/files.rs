@@ -1,6 +1,10 @@
 //! `sluice-bench files`: MB/s streaming one file of 100-byte lines with file-pulse, to the
 //! local destination (in this process) and to stdout (a child `sluice run` writing to
-//! /dev/null), beside a native loop reading and splitting the same file, in one run.
+//! /dev/null), beside native programs doing the same work on the same file in one run:
+//! reading and splitting it; writing the stdout destination's JSON fields per line
+//! (serde_json, buffered); storing each line's key, value, headers and timestamp in SQLite
+//! with the offset upserted in the same transaction every 1,000 lines (WAL,
+//! synchronous=NORMAL, as the local log).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -48,6 +52,21 @@ pub async fn files(plugin_dir: &Path, megabytes: u64) -> anyhow::Result<Vec<File
     }
     anyhow::ensure!(lines == bytes / line.len() as u64, "native loop read {lines} lines");
     rows.push(FilesRow { path: "native", bytes, elapsed: started.elapsed() });
+
+    let started = Instant::now();
+    native::json_lines(&path, std::fs::File::create("/dev/null")?)?;
+    rows.push(FilesRow { path: "native json", bytes, elapsed: started.elapsed() });
+
+    let database = scratch.join("native.db");
+    let started = Instant::now();
+    let stored = native::sqlite(&path, &database)?;
+    rows.push(FilesRow { path: "native sqlite", bytes, elapsed: started.elapsed() });
+    anyhow::ensure!(stored == lines, "native sqlite stored {stored} of {lines} lines");
+
+    // The local log alone: the records file-pulse makes, appended without a plugin.
+    let started = Instant::now();
+    native::local_log_alone(&path, &DataDir::new(scratch.join("data-log")))?;
+    rows.push(FilesRow { path: "log alone", bytes, elapsed: started.elapsed() });
 
     let connector = |destination: &str| {
         serde_json::json!({"name": "bench", "config": {
@@ -111,19 +130,204 @@ pub async fn files(plugin_dir: &Path, megabytes: u64) -> anyhow::Result<Vec<File
     Ok(rows)
 }
 
+/// The native programs: the same work as file-pulse and a destination, without a sandbox.
+mod native {
+    use std::io::{BufRead, Write};
+    use std::path::Path;
+
+    /// What the stdout destination writes for one line (the same fields and shapes).
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        topic: &'a str,
+        partition: Partition<'a>,
+        offset: &'a Offset<'a>,
+        key: &'a str,
+        value: &'a str,
+        headers: [Header<'a>; 2],
+        timestamp: i64,
+    }
+
+    #[derive(serde::Serialize)]
+    struct Partition<'a> {
+        id: &'a str,
+    }
+
+    #[derive(serde::Serialize)]
+    struct Offset<'a> {
+        path: &'a str,
+        position: u64,
+        line: u64,
+        size: u64,
+        mtime: u64,
+        done: bool,
+    }
+
+    #[derive(serde::Serialize)]
+    struct Header<'a> {
+        key: &'a str,
+        value: &'a str,
+    }
+
+    fn now_ms() -> i64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    }
+
+    /// Reads `path` line by line, calling `each` with the line (without its newline) and
+    /// the offset after it.
+    fn lines(path: &Path, mut each: impl FnMut(&str, &Offset) -> anyhow::Result<()>) -> anyhow::Result<u64> {
+        let mut reader = std::io::BufReader::with_capacity(64 << 10, std::fs::File::open(path)?);
+        let (mut buf, mut position, mut line) = (String::with_capacity(256), 0u64, 0u64);
+        loop {
+            buf.clear();
+            let read = reader.read_line(&mut buf)?;
+            if read == 0 {
+                return Ok(line);
+            }
+            position += read as u64;
+            line += 1;
+            let offset = Offset { path: "big.log", position, line, size: position, mtime: 0, done: false };
+            each(buf.trim_end_matches('\n'), &offset)?;
+        }
+    }
+
+    /// One JSON object per line, as `destination=stdout` writes it.
+    pub fn json_lines(path: &Path, out: impl Write) -> anyhow::Result<u64> {
+        let mut out = std::io::BufWriter::with_capacity(256 << 10, out);
+        let count = lines(path, |value, offset| {
+            let line_number = offset.line.to_string();
+            let line = Line {
+                topic: "bench",
+                partition: Partition { id: "af5742b4d2db5e45" },
+                offset,
+                key: "big.log",
+                value,
+                headers: [
+                    Header { key: "file.path", value: "big.log" },
+                    Header { key: "file.line", value: &line_number },
+                ],
+                timestamp: now_ms(),
+            };
+            serde_json::to_writer(&mut out, &line)?;
+            out.write_all(b"\n")?;
+            Ok(())
+        })?;
+        out.flush()?;
+        Ok(count)
+    }
+
+    /// The local log's appends alone: each line as the record file-pulse makes of it,
+    /// appended 2,000 at a time (file-pulse's batch) with the offset.
+    pub fn local_log_alone(path: &Path, data: &sluice::storage::DataDir) -> anyhow::Result<u64> {
+        use sluice::storage::{Namespace, Record, Stores};
+        let stores = Stores::open(&sluice::config::WorkerConfig::default(), data)?;
+        let ns = Namespace::new("default", "bench");
+        let partition = r#"{"id":"af5742b4d2db5e45"}"#;
+        let mut batch = Vec::with_capacity(2000);
+        let flush = |batch: &mut Vec<Record>| -> anyhow::Result<()> {
+            if let Some(last) = batch.last() {
+                let offsets = [(partition.to_string(), last.offset.clone())];
+                stores.local().append_with_offsets(&ns, batch, &offsets)?;
+            }
+            batch.clear();
+            Ok(())
+        };
+        let count = lines(path, |value, offset| {
+            batch.push(Record {
+                topic: "bench".into(),
+                partition: partition.into(),
+                offset: serde_json::to_string(offset)?,
+                key: Some(b"big.log".to_vec()),
+                value: Some(value.as_bytes().to_vec()),
+                headers: vec![
+                    ("file.path".into(), b"big.log".to_vec()),
+                    ("file.line".into(), offset.line.to_string().into_bytes()),
+                ],
+                timestamp_ms: now_ms(),
+            });
+            if batch.len() == 2000 {
+                flush(&mut batch)?;
+            }
+            Ok(())
+        })?;
+        flush(&mut batch)?;
+        Ok(count)
+    }
+
+    /// Each line's key, value, headers and timestamp stored in SQLite, the offset upserted
+    /// in the same transaction every 1,000 lines.
+    pub fn sqlite(path: &Path, database: &Path) -> anyhow::Result<u64> {
+        let conn = rusqlite::Connection::open(database)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch(
+            "CREATE TABLE records (id INTEGER PRIMARY KEY, topic TEXT NOT NULL, key BLOB, value BLOB,
+                 headers TEXT NOT NULL, timestamp_ms INTEGER NOT NULL);
+             CREATE TABLE offsets (partition TEXT PRIMARY KEY, offset TEXT NOT NULL);",
+        )?;
+        // Unchecked: the closure holds `&conn` and opens the next transaction itself.
+        let mut tx = Some(conn.unchecked_transaction()?);
+        let count = lines(path, |value, offset| {
+            let open = tx.as_ref().expect("a transaction is open");
+            let headers = serde_json::to_string(&[("file.path", "big.log"), ("file.line", &offset.line.to_string())])?;
+            open.prepare_cached(
+                "INSERT INTO records (topic, key, value, headers, timestamp_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(rusqlite::params![
+                "bench",
+                b"big.log".as_slice(),
+                value.as_bytes(),
+                headers,
+                now_ms()
+            ])?;
+            if offset.line.is_multiple_of(1000) {
+                open.prepare_cached(
+                    "INSERT INTO offsets (partition, offset) VALUES (?1, ?2)
+                     ON CONFLICT (partition) DO UPDATE SET offset = excluded.offset",
+                )?
+                .execute(rusqlite::params![r#"{"id":"af5742b4d2db5e45"}"#, serde_json::to_string(offset)?])?;
+                tx.take().expect("a transaction is open").commit()?;
+                tx = Some(conn.unchecked_transaction()?);
+            }
+            Ok(())
+        })?;
+        if let Some(open) = tx {
+            open.commit()?;
+        }
+        Ok(count)
+    }
+}
+
+impl FilesRow {
+    pub fn megabytes_per_second(&self) -> f64 {
+        self.bytes as f64 / self.elapsed.as_secs_f64() / 1e6
+    }
+}
+
+/// The native program each Sluice path is compared with.
+pub fn baseline_of(path: &str) -> Option<&'static str> {
+    match path {
+        "stdout" => Some("native json"),
+        "local" => Some("native sqlite"),
+        _ => None,
+    }
+}
+
 pub fn print_files_table(rows: &[FilesRow]) {
     println!("file-pulse: one file of 100-byte lines, read.mode=lines");
-    println!("{:<8} {:>10} {:>9} {:>9} {:>14}", "path", "MB", "seconds", "MB/s", "ratio/native");
-    let native = rows.first().map(|r| r.bytes as f64 / r.elapsed.as_secs_f64());
+    println!("{:<14} {:>8} {:>9} {:>9} {:>26}", "path", "MB", "seconds", "MB/s", "ratio to the native work");
     for row in rows {
-        let rate = row.bytes as f64 / row.elapsed.as_secs_f64();
+        let ratio = baseline_of(row.path)
+            .and_then(|native| rows.iter().find(|r| r.path == native))
+            .map_or(String::new(), |native| {
+                format!("{:.2} of {}", row.megabytes_per_second() / native.megabytes_per_second(), native.path)
+            });
         println!(
-            "{:<8} {:>10.0} {:>9.2} {:>9.1} {:>14.3}",
+            "{:<14} {:>8.0} {:>9.2} {:>9.1} {:>26}",
             row.path,
             row.bytes as f64 / 1e6,
             row.elapsed.as_secs_f64(),
-            rate / 1e6,
-            native.map_or(0.0, |n| rate / n)
+            row.megabytes_per_second(),
+            ratio
         );
     }
 }

@@ -10,6 +10,7 @@
 //! cargo run --release -p sluice-bench -- directory   # file-pulse on 1,000 to 100,000 files
 //! cargo run --release -p sluice-bench -- rest        # GET /connectors with 200 connectors
 //! cargo run --release -p sluice-bench -- kafka       # file-pulse into Kafka vs a bare rdkafka producer
+//! cargo run --release -p sluice-bench -- record-path # the record path's table: poll, stdout, local, languages
 //! ```
 
 mod directory;
@@ -18,6 +19,7 @@ mod files;
 mod kafka;
 mod languages;
 mod poll;
+mod record_path;
 mod rest;
 
 use std::path::{Path, PathBuf};
@@ -127,6 +129,19 @@ enum Bench {
         #[arg(long, conflicts_with = "bootstrap")]
         mock: bool,
     },
+    /// The record path in one table: `poll` (1 KiB and 16 KiB records), file-pulse into
+    /// `stdout` and `local`, each beside the same work natively, and the Python and
+    /// JavaScript connectors' records/s.
+    RecordPath {
+        #[command(flatten)]
+        plugins: PluginPath,
+        /// File size in MiB for the file-pulse rows.
+        #[arg(long, default_value_t = 200)]
+        mib: u64,
+        /// Records per round of the poll rows.
+        #[arg(long, default_value_t = 300_000)]
+        records: u64,
+    },
     /// `GET /connectors?expand=status` (and friends) on a real `sluice serve` with many
     /// connectors created through the API.
     Rest {
@@ -212,6 +227,9 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
             };
             let rows = kafka::kafka(&plugins.plugin_path, mib, bootstrap, &broker, mock).await?;
             kafka::print_kafka_table(&rows, &name);
+        }
+        Bench::RecordPath { plugins, mib, records } => {
+            record_path::record_path(&plugins.plugin_path, mib, records).await?;
         }
         Bench::Rest { plugins, connectors, requests } => {
             let rows =

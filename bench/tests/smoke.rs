@@ -23,9 +23,25 @@ fn poll_prints_both_paths_and_the_ratio() {
 #[test]
 fn files_prints_native_local_and_stdout() {
     let table = table(bench(&["files", "--mib", "2"]));
-    for path in ["native ", "local ", "stdout "] {
+    for path in ["native ", "native json ", "native sqlite ", "log alone ", "local ", "stdout "] {
         assert!(table.lines().any(|l| l.starts_with(path)), "{path}: {table}");
     }
+    assert!(table.lines().any(|l| l.starts_with("local ") && l.ends_with(" of native sqlite")), "{table}");
+}
+
+#[test]
+fn record_path_prints_every_row_with_its_native_ratio() {
+    let table = table(bench(&["record-path", "--mib", "2", "--records", "2000"]));
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| path"))
+        .map(|l| l.split(" | ").collect())
+        .collect();
+    assert_eq!(rows.len(), 6, "{table}");
+    for row in &rows[..4] {
+        assert!(row[3].parse::<f64>().is_ok_and(|ratio| ratio > 0.0), "no ratio: {row:?}");
+    }
+    assert!(rows[4][0].contains("Python") && rows[5][0].contains("JavaScript"), "{table}");
 }
 
 #[test]

@@ -1,0 +1,72 @@
+//! `sluice-bench record-path`: the record path's table in one run. Each Sluice path beside
+//! the same work done natively, and the ratio with its goal: `poll` of the counter with
+//! 1 KiB and 16 KiB records, file-pulse into `stdout` and into `local`, and the records/s
+//! of the Python and JavaScript connectors through `poll`.
+
+use std::path::Path;
+
+use crate::{files, languages, poll};
+
+struct Row {
+    path: String,
+    sluice: f64,
+    native: Option<f64>,
+    unit: &'static str,
+    goal: String,
+}
+
+pub async fn record_path(plugin_dir: &Path, mib: u64, records: u64) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for size in [1024, 16 << 10] {
+        let measured = poll::poll(plugin_dir, records, size, 500, 3).await?;
+        let rate = |path: &str| measured.iter().find(|r| r.path == path).map(poll::BenchRow::records_per_second);
+        rows.push(Row {
+            path: format!("poll, counter, {} KiB records", size >> 10),
+            sluice: rate("component").unwrap_or(0.0),
+            native: rate("native"),
+            unit: "rec/s",
+            goal: "≥ 0.8".into(),
+        });
+    }
+    let measured = files::files(plugin_dir, mib).await?;
+    for (path, label, goal) in
+        [("stdout", "file-pulse → stdout (JSON lines)", "≥ 0.7"), ("local", "file-pulse → local (SQLite)", "≥ 0.8")]
+    {
+        let rate = |path: &str| measured.iter().find(|r| r.path == path).map(files::FilesRow::megabytes_per_second);
+        rows.push(Row {
+            path: label.into(),
+            sluice: rate(path).unwrap_or(0.0),
+            native: files::baseline_of(path).and_then(rate),
+            unit: "MB/s",
+            goal: goal.into(),
+        });
+    }
+    let measured = languages::languages(plugin_dir, 3, 3).await?;
+    for (language, goal) in [("Python", 150_000.0), ("JavaScript", 50_000.0)] {
+        if let Some(row) = measured.iter().find(|r| r.language == language) {
+            rows.push(Row {
+                path: format!("poll, {language} ({}), 1 KiB records", row.plugin),
+                sluice: row.records_per_second,
+                native: None,
+                unit: "rec/s",
+                goal: format!("≥ {:.0} k rec/s", goal / 1e3),
+            });
+        }
+    }
+    println!("the record path: Sluice beside the same work natively, one run ({mib} MiB file of 100-byte lines)");
+    println!("| path | Sluice | the same work natively | ratio | goal |");
+    println!("|---|---|---|---|---|");
+    for row in rows {
+        let amount = |value: f64| match row.unit {
+            "rec/s" if value >= 1e6 => format!("{:.2} M rec/s", value / 1e6),
+            "rec/s" => format!("{:.0} k rec/s", value / 1e3),
+            unit => format!("{value:.1} {unit}"),
+        };
+        let (native, ratio) = match row.native {
+            Some(native) => (amount(native), format!("{:.2}", row.sluice / native)),
+            None => ("-".into(), "-".into()),
+        };
+        println!("| {} | {} | {} | {} | {} |", row.path, amount(row.sluice), native, ratio, row.goal);
+    }
+    Ok(())
+}
