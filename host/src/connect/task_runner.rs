@@ -1,5 +1,6 @@
 //! One task's loop: poll, check what the plugin returned, deliver to the destination
-//! (which commits the offsets the batch advances once its records are durable), and call
+//! (which commits the offsets the batch advances once its records are durable) while the
+//! next batch is polled, and call
 //! the task's `commit()` every `offset.flush.interval.ms` and on stop. A failed task is
 //! marked FAILED with its reason and, under `restart.policy=on-failure`, restarted in a
 //! new sandbox after an exponential backoff. A task whose memory keeps growing is recycled
@@ -133,8 +134,31 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     let mut last_usage_report = Instant::now();
     let mut paused = spec.paused.clone();
     let counters = spec.metrics.task(spec.task);
+    // The batch being delivered while the next one is polled: one at a time, in order, so
+    // a partition's offsets still commit in order; settled before anything else happens
+    // (commit, pause, flush, recycle, stop).
+    let mut in_flight: Option<std::pin::Pin<Box<dyn Future<Output = Delivery> + Send + '_>>> = None;
+    macro_rules! settle {
+        () => {
+            settle!(|delivered| unsettled |= delivered)
+        };
+        // Before stopping or recycling: `stop_instance` settles the destination anyway.
+        (before_stop) => {
+            settle!(|_| ())
+        };
+        (|$delivered:pat_param| $then:expr) => {
+            if let Some(delivery) = in_flight.take() {
+                match delivery.await {
+                    Delivery::Done { delivered: $delivered } => $then,
+                    Delivery::Abandoned => return Outcome::Stopped,
+                    Delivery::Failed(trace) => return failed(trace, id),
+                }
+            }
+        };
+    }
     while stop.borrow().is_none() {
         if *paused.borrow_and_update() {
+            settle!();
             // Everything delivered is committed: tell the task, and wait to be resumed.
             if let Some(outcome) = commit(&mut instance, &destination, spec, id, None).await {
                 return outcome;
@@ -148,7 +172,22 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             continue;
         }
         let poll_started = Instant::now();
-        let Some(polled) = unless_stopped(instance.poll(), stop).await else {
+        let polling = unless_stopped(instance.poll(), stop);
+        let polled = match in_flight.take() {
+            None => polling.await,
+            Some(delivery) => {
+                let (polled, delivered) = tokio::join!(polling, delivery);
+                match delivered {
+                    Delivery::Done { delivered } => unsettled |= delivered,
+                    // Whatever the poll returned is dropped undelivered: nothing of it is
+                    // committed, so a restart polls it again.
+                    Delivery::Abandoned => return Outcome::Stopped,
+                    Delivery::Failed(trace) => return failed(trace, id),
+                }
+                polled
+            }
+        };
+        let Some(polled) = polled else {
             // Still polling at the stop deadline: abandoned. Nothing of it was delivered,
             // so nothing is lost; the instance is not called again.
             return Outcome::Stopped;
@@ -196,101 +235,15 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             }
             let offsets = latest_offsets(&polled);
             let checked: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
-            let count = checked.len() as u64;
-            services.rates.throttle(&spec.namespace.tenant, count).await;
-            let commits = !offsets.is_empty();
-            let deliver_started = Instant::now();
-            let (mut checked, mut offsets) = (checked, offsets);
-            let mut retries = 0u32;
-            // Whether the status carries a note about this batch, cleared once delivered.
-            let mut noted = false;
-            let delivered = loop {
-                let (destination, namespace) = (destination.clone(), spec.namespace.clone());
-                let mut delivering = tokio::task::spawn_blocking(move || {
-                    let result = destination.deliver(&namespace, &checked, &offsets);
-                    (result, checked, offsets)
-                });
-                // A destination that keeps a batch waiting (a broker outage, before its
-                // producer gives up) is said in the status while it waits.
-                let mut waited = 0u32;
-                let attempt = loop {
-                    tokio::select! {
-                        attempt = &mut delivering => break attempt,
-                        deadline = stopped(stop) => {
-                            // Stopping: the delivery may finish until the stop deadline;
-                            // after it, it is abandoned (its offsets are not committed, so
-                            // the batch is sent again after a restart).
-                            match tokio::time::timeout_at(deadline.into(), &mut delivering).await {
-                                Ok(attempt) => break attempt,
-                                Err(_) => {
-                                    tracing::warn!(connector = %connector, task = spec.task, "the destination did not take the last batch by the stop deadline; it is sent again after a restart");
-                                    return Outcome::Stopped;
-                                }
-                            }
-                        }
-                        _ = tokio::time::sleep(SLOW_DELIVERY) => {
-                            waited += 1;
-                            let trace = format!(
-                                "delivery waiting: the destination has not taken the batch for {} s",
-                                waited * SLOW_DELIVERY.as_secs() as u32
-                            );
-                            board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
-                        }
-                    }
-                };
-                noted |= waited > 0;
-                match attempt {
-                    Ok((Err(e), records, advanced)) if RetriableDelivery::is(&e) => {
-                        // The destination is away for now (a broker outage): keep the batch,
-                        // say so in the status, and try again.
-                        let delay = DELIVERY_RETRY_BACKOFF.backoff(retries);
-                        retries = retries.saturating_add(1);
-                        let trace = format!("delivery failed ({e:#}); retrying in {delay:?} (attempt {retries})");
-                        noted = true;
-                        board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
-                        (checked, offsets) = (records, advanced);
-                        tokio::select! {
-                            _ = tokio::time::sleep(delay) => continue,
-                            // Nothing of the batch is committed: it is polled again on restart.
-                            _ = stopped(stop) => break None,
-                        }
-                    }
-                    Ok((result, _, _)) => break Some(Ok(result)),
-                    Err(e) => break Some(Err(e)),
-                }
-            };
-            let Some(delivered) = delivered else { continue };
-            if noted {
-                board.set_task(&spec.namespace, spec.task, State::Running, None, id);
-            }
-            match delivered {
-                Ok(Ok(())) => {
-                    unsettled = true;
-                    spec.metrics.add_delivered(count);
-                    TaskCounters::add(&counters.delivered, count);
-                    TaskCounters::add(&counters.deliveries, 1);
-                    TaskCounters::time(&counters.deliver_nanos, deliver_started.elapsed());
-                    TaskCounters::add(&counters.commits, u64::from(commits));
-                }
-                Ok(Err(e)) => {
-                    // The `stdout` reader went away: like any tool in a pipe, stop (what was
-                    // not written is not committed).
-                    let broken_pipe = e.chain().any(|e| {
-                        e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-                    });
-                    if broken_pipe {
-                        services.exit.request("the stdout destination's reader went away (broken pipe)".into());
-                    }
-                    return failed(format!("destination failed: {e:#}"), id);
-                }
-                Err(e) => return failed(format!("destination failed: {e}"), id),
-            }
+            services.rates.throttle(&spec.namespace.tenant, checked.len() as u64).await;
+            in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), checked, offsets)));
         }
         if last_usage_report.elapsed() >= USAGE_REPORT_INTERVAL {
             last_usage_report = Instant::now();
             board.set_task_usage(&spec.namespace, spec.task, instance.fuel_used(), instance.largest_memory());
         }
         if recycle_at.is_some_and(|limit| instance.largest_memory() >= limit) {
+            settle!(before_stop);
             // Everything delivered is committed; a fresh sandbox resumes from there.
             tracing::info!(
                 connector = %connector,
@@ -306,14 +259,129 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             };
         }
         if last_commit.elapsed() >= spec.settings.offset_flush_interval {
+            settle!();
             last_commit = Instant::now();
             if let Some(outcome) = commit(&mut instance, &destination, spec, id, None).await {
                 return outcome;
             }
         }
     }
+    settle!(before_stop);
     let deadline = stopped(stop).await;
     stop_instance(&mut instance, &destination, spec, id, deadline).await
+}
+
+/// How the delivery of one batch ended.
+enum Delivery {
+    /// Delivered with its offsets, or (`delivered: false`) given up on because the task is
+    /// stopping while the destination was away: nothing of it was committed.
+    Done {
+        delivered: bool,
+    },
+    /// Still not taken by the stop deadline: nothing of it was committed.
+    Abandoned,
+    Failed(String),
+}
+
+/// Delivers one checked batch with the offsets it advances: retried while the destination
+/// says it is away for now (with a note in the task's status), given up on at the stop
+/// deadline.
+async fn deliver(
+    spec: &TaskSpec,
+    destination: Arc<dyn Destination>,
+    id: u64,
+    mut stop: StopSignal,
+    checked: Vec<Record>,
+    offsets: Vec<(String, String)>,
+) -> Delivery {
+    let (board, connector) = (&spec.services.board, &spec.namespace.connector);
+    let counters = spec.metrics.task(spec.task);
+    let (count, commits) = (checked.len() as u64, !offsets.is_empty());
+    let deliver_started = Instant::now();
+    let (mut checked, mut offsets) = (checked, offsets);
+    let mut retries = 0u32;
+    // Whether the status carries a note about this batch, cleared once delivered.
+    let mut noted = false;
+    let delivered = loop {
+        let (destination, namespace) = (destination.clone(), spec.namespace.clone());
+        let mut delivering = tokio::task::spawn_blocking(move || {
+            let result = destination.deliver(&namespace, &checked, &offsets);
+            (result, checked, offsets)
+        });
+        // A destination that keeps a batch waiting (a broker outage, before its
+        // producer gives up) is said in the status while it waits.
+        let mut waited = 0u32;
+        let attempt = loop {
+            tokio::select! {
+                attempt = &mut delivering => break attempt,
+                deadline = stopped(&mut stop) => {
+                    // Stopping: the delivery may finish until the stop deadline;
+                    // after it, it is abandoned (its offsets are not committed, so
+                    // the batch is sent again after a restart).
+                    match tokio::time::timeout_at(deadline.into(), &mut delivering).await {
+                        Ok(attempt) => break attempt,
+                        Err(_) => {
+                            tracing::warn!(connector = %connector, task = spec.task, "the destination did not take the last batch by the stop deadline; it is sent again after a restart");
+                            return Delivery::Abandoned;
+                        }
+                    }
+                }
+                _ = tokio::time::sleep(SLOW_DELIVERY) => {
+                    waited += 1;
+                    let trace = format!(
+                        "delivery waiting: the destination has not taken the batch for {} s",
+                        waited * SLOW_DELIVERY.as_secs() as u32
+                    );
+                    board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
+                }
+            }
+        };
+        noted |= waited > 0;
+        match attempt {
+            Ok((Err(e), records, advanced)) if RetriableDelivery::is(&e) => {
+                // The destination is away for now (a broker outage): keep the batch,
+                // say so in the status, and try again.
+                let delay = DELIVERY_RETRY_BACKOFF.backoff(retries);
+                retries = retries.saturating_add(1);
+                let trace = format!("delivery failed ({e:#}); retrying in {delay:?} (attempt {retries})");
+                noted = true;
+                board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
+                (checked, offsets) = (records, advanced);
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => continue,
+                    // Nothing of the batch is committed: it is polled again on restart.
+                    _ = stopped(&mut stop) => return Delivery::Done { delivered: false },
+                }
+            }
+            Ok((result, _, _)) => break Ok(result),
+            Err(e) => break Err(e),
+        }
+    };
+    if noted {
+        board.set_task(&spec.namespace, spec.task, State::Running, None, id);
+    }
+    match delivered {
+        Ok(Ok(())) => {
+            spec.metrics.add_delivered(count);
+            TaskCounters::add(&counters.delivered, count);
+            TaskCounters::add(&counters.deliveries, 1);
+            TaskCounters::time(&counters.deliver_nanos, deliver_started.elapsed());
+            TaskCounters::add(&counters.commits, u64::from(commits));
+            Delivery::Done { delivered: true }
+        }
+        Ok(Err(e)) => {
+            // The `stdout` reader went away: like any tool in a pipe, stop (what was
+            // not written is not committed).
+            let broken_pipe = e.chain().any(|e| {
+                e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            });
+            if broken_pipe {
+                spec.services.exit.request("the stdout destination's reader went away (broken pipe)".into());
+            }
+            Delivery::Failed(format!("destination failed: {e:#}"))
+        }
+        Err(e) => Delivery::Failed(format!("destination failed: {e}")),
+    }
 }
 
 /// Offsets of everything delivered are already durable: tell the task, then stop it, all
