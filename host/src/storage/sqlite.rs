@@ -39,20 +39,21 @@ CREATE TABLE IF NOT EXISTS target_states (
 CREATE TABLE IF NOT EXISTS statuses (
     tenant TEXT NOT NULL, connector TEXT NOT NULL, status TEXT NOT NULL,
     PRIMARY KEY (tenant, connector));
-CREATE TABLE IF NOT EXISTS records (
-    id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, topic TEXT NOT NULL, topic_offset INTEGER NOT NULL,
-    connector TEXT NOT NULL, partition TEXT NOT NULL, offset TEXT NOT NULL,
-    key BLOB, value BLOB, headers TEXT NOT NULL, timestamp_ms INTEGER NOT NULL);
-CREATE UNIQUE INDEX IF NOT EXISTS records_by_topic ON records (tenant, topic, topic_offset);
-CREATE TABLE IF NOT EXISTS topics (
-    tenant TEXT NOT NULL, topic TEXT NOT NULL, next_offset INTEGER NOT NULL,
-    PRIMARY KEY (tenant, topic));
+CREATE TABLE IF NOT EXISTS log_topics (
+    id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, topic TEXT NOT NULL, next_offset INTEGER NOT NULL,
+    UNIQUE (tenant, topic));
+CREATE TABLE IF NOT EXISTS log_sources (
+    id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, connector TEXT NOT NULL, partition TEXT NOT NULL,
+    UNIQUE (tenant, connector, partition));
+CREATE TABLE IF NOT EXISTS log (
+    id INTEGER PRIMARY KEY, source INTEGER NOT NULL, offset TEXT NOT NULL,
+    key BLOB, value BLOB, headers BLOB NOT NULL, timestamp_ms INTEGER NOT NULL);
 ";
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path`.
     pub(super) fn open(path: &Path) -> anyhow::Result<Self> {
-        let conn = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let mut conn = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         conn.busy_timeout(Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         let reader = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
@@ -62,6 +63,8 @@ impl SqliteStore {
         // offsets stay consistent either way.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA).with_context(|| format!("cannot set up {}", path.display()))?;
+        migrate_record_log(&mut conn)
+            .with_context(|| format!("cannot move the local log of {} to its new form", path.display()))?;
         Ok(SqliteStore { writer: Mutex::new(conn), reader: Mutex::new(reader), path: path.to_path_buf() })
     }
 
@@ -88,6 +91,43 @@ impl SqliteStore {
     }
 }
 
+/// The local log's rows are keyed by topic and offset in one integer, so appending is one
+/// b-tree append and a topic is read as a range of keys: the topic's id in the high bits,
+/// the record's offset in the topic in the low [`OFFSET_BITS`].
+const OFFSET_BITS: u32 = 40;
+
+fn log_key(topic_id: i64, topic_offset: i64) -> i64 {
+    (topic_id << OFFSET_BITS) | topic_offset
+}
+
+/// Moves a local log of the first form (`records` with a row per record naming its tenant,
+/// topic, connector and partition, and an index on them; `topics`) into the current one,
+/// once, in one transaction.
+fn migrate_record_log(conn: &mut Connection) -> rusqlite::Result<()> {
+    let old: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'records')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !old {
+        return Ok(());
+    }
+    let tx = conn.transaction()?;
+    tx.execute_batch(&format!(
+        "INSERT INTO log_topics (tenant, topic, next_offset) SELECT tenant, topic, next_offset FROM topics;
+         INSERT OR IGNORE INTO log_sources (tenant, connector, partition)
+             SELECT DISTINCT tenant, connector, partition FROM records;
+         INSERT INTO log (id, source, offset, key, value, headers, timestamp_ms)
+             SELECT (t.id << {OFFSET_BITS}) | r.topic_offset, s.id, r.offset, r.key, r.value, r.headers, r.timestamp_ms
+             FROM records r
+             JOIN log_topics t ON t.tenant = r.tenant AND t.topic = r.topic
+             JOIN log_sources s ON s.tenant = r.tenant AND s.connector = r.connector AND s.partition = r.partition;
+         DROP TABLE records;
+         DROP TABLE topics;"
+    ))?;
+    tx.commit()
+}
+
 fn upsert_offsets(
     tx: &rusqlite::Transaction<'_>,
     ns: &Namespace,
@@ -111,49 +151,111 @@ fn append(
     offsets: &[(String, String)],
 ) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
-
     {
-        let mut next_of = tx.prepare_cached("SELECT next_offset FROM topics WHERE tenant = ?1 AND topic = ?2")?;
-        let mut set_next = tx.prepare_cached(
-            "INSERT INTO topics (tenant, topic, next_offset) VALUES (?1, ?2, ?3)
-             ON CONFLICT (tenant, topic) DO UPDATE SET next_offset = excluded.next_offset",
+        let mut topic_of =
+            tx.prepare_cached("SELECT id, next_offset FROM log_topics WHERE tenant = ?1 AND topic = ?2")?;
+        let mut new_topic =
+            tx.prepare_cached("INSERT INTO log_topics (tenant, topic, next_offset) VALUES (?1, ?2, 0) RETURNING id")?;
+        let mut set_next = tx.prepare_cached("UPDATE log_topics SET next_offset = ?2 WHERE id = ?1")?;
+        let mut source_of =
+            tx.prepare_cached("SELECT id FROM log_sources WHERE tenant = ?1 AND connector = ?2 AND partition = ?3")?;
+        let mut new_source = tx.prepare_cached(
+            "INSERT INTO log_sources (tenant, connector, partition) VALUES (?1, ?2, ?3) RETURNING id",
         )?;
         let mut insert = tx.prepare_cached(
-            "INSERT INTO records (tenant, topic, topic_offset, connector, partition, offset, key, value, headers, timestamp_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO log (id, source, offset, key, value, headers, timestamp_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
-        let mut next: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+        // A batch has few topics and partitions: each is looked up once.
+        let mut topics: Vec<(&str, i64, i64)> = Vec::new();
+        let mut sources: Vec<(&str, i64)> = Vec::new();
+        let mut headers = Vec::new();
         for record in records {
-            let topic_next = match next.get_mut(record.topic.as_str()) {
-                Some(n) => n,
+            let topic = match topics.iter().position(|(name, _, _)| *name == record.topic) {
+                Some(index) => index,
                 None => {
-                    let n: i64 =
-                        next_of.query_row(params![ns.tenant, record.topic], |r| r.get(0)).optional()?.unwrap_or(0);
-                    next.entry(record.topic.as_str()).or_insert(n)
+                    let found = topic_of
+                        .query_row(params![ns.tenant, record.topic], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .optional()?;
+                    let (id, next) = match found {
+                        Some(found) => found,
+                        None => (new_topic.query_row(params![ns.tenant, record.topic], |r| r.get(0))?, 0),
+                    };
+                    topics.push((&record.topic, id, next));
+                    topics.len() - 1
                 }
             };
-            let headers = serde_json::to_string(&record.headers)
-                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
-            insert.execute(params![
-                ns.tenant,
-                record.topic,
-                *topic_next,
-                ns.connector,
-                record.partition,
-                record.offset,
-                record.key,
-                record.value,
-                headers,
-                record.timestamp_ms
-            ])?;
-            *topic_next += 1;
+            let source = match sources.iter().find(|(partition, _)| *partition == record.partition) {
+                Some((_, id)) => *id,
+                None => {
+                    let key = params![ns.tenant, ns.connector, record.partition];
+                    let id = match source_of.query_row(key, |r| r.get(0)).optional()? {
+                        Some(id) => id,
+                        None => new_source.query_row(key, |r| r.get(0))?,
+                    };
+                    sources.push((&record.partition, id));
+                    id
+                }
+            };
+            let (_, topic_id, next) = &mut topics[topic];
+            if *next >= 1 << OFFSET_BITS {
+                return Err(rusqlite::Error::ToSqlConversionFailure(
+                    format!("topic {} of the local log is full ({next} records)", record.topic).into(),
+                ));
+            }
+            encode_headers(&record.headers, &mut headers);
+            // Bound one by one: `params!` boxes each value as a `dyn ToSql` per row.
+            insert.raw_bind_parameter(1, log_key(*topic_id, *next))?;
+            insert.raw_bind_parameter(2, source)?;
+            insert.raw_bind_parameter(3, &record.offset)?;
+            insert.raw_bind_parameter(4, record.key.as_deref())?;
+            insert.raw_bind_parameter(5, record.value.as_deref())?;
+            insert.raw_bind_parameter(6, headers.as_slice())?;
+            insert.raw_bind_parameter(7, record.timestamp_ms)?;
+            insert.raw_execute()?;
+            *next += 1;
         }
-        for (topic, n) in next {
-            set_next.execute(params![ns.tenant, topic, n])?;
+        for (_, id, next) in topics {
+            set_next.execute(params![id, next])?;
         }
     }
     upsert_offsets(&tx, ns, offsets)?;
     tx.commit()
+}
+
+/// A record's headers as stored: for each, the key's and the value's length (4 bytes,
+/// little-endian) each followed by its bytes. Rows written before this form hold the
+/// headers as JSON text, which [`decode_headers`] still reads.
+fn encode_headers(headers: &[(String, Vec<u8>)], out: &mut Vec<u8>) {
+    out.clear();
+    for (key, value) in headers {
+        for part in [key.as_bytes(), value.as_slice()] {
+            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+}
+
+fn decode_headers(stored: rusqlite::types::ValueRef<'_>) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    use rusqlite::types::ValueRef;
+    let mut rest = match stored {
+        ValueRef::Text(json) => return Ok(serde_json::from_slice(json)?),
+        ValueRef::Blob(blob) => blob,
+        other => anyhow::bail!("headers stored as {:?}", other.data_type()),
+    };
+    fn take<'a>(rest: &mut &'a [u8]) -> anyhow::Result<&'a [u8]> {
+        let (length, after) = rest.split_first_chunk::<4>().context("headers cut short")?;
+        let length = u32::from_le_bytes(*length) as usize;
+        anyhow::ensure!(after.len() >= length, "headers cut short");
+        let (part, after) = after.split_at(length);
+        *rest = after;
+        Ok(part)
+    }
+    let mut headers = Vec::new();
+    while !rest.is_empty() {
+        let key = String::from_utf8(take(&mut rest)?.to_vec()).context("a header key that is not UTF-8")?;
+        headers.push((key, take(&mut rest)?.to_vec()));
+    }
+    Ok(headers)
 }
 
 impl OffsetStore for SqliteStore {
@@ -342,7 +444,8 @@ impl RecordLog for SqliteStore {
 
     fn topics(&self, tenant: &str) -> anyhow::Result<Vec<(String, u64)>> {
         let conn = self.reader();
-        let mut stmt = conn.prepare_cached("SELECT topic, next_offset FROM topics WHERE tenant = ?1 ORDER BY topic")?;
+        let mut stmt =
+            conn.prepare_cached("SELECT topic, next_offset FROM log_topics WHERE tenant = ?1 ORDER BY topic")?;
         let rows = stmt.query_map(params![tenant], |row| Ok((row.get(0)?, row.get::<_, i64>(1)? as u64)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -356,14 +459,22 @@ impl RecordLog for SqliteStore {
         max_bytes: u64,
     ) -> anyhow::Result<Vec<StoredRecord>> {
         let conn = self.reader();
+        let topic_id: Option<i64> = conn
+            .prepare_cached("SELECT id FROM log_topics WHERE tenant = ?1 AND topic = ?2")?
+            .query_row(params![tenant, topic], |row| row.get(0))
+            .optional()?;
+        let Some(topic_id) = topic_id else { return Ok(Vec::new()) };
+        let from = from.min((1 << OFFSET_BITS) - 1) as i64;
         let mut stmt = conn.prepare_cached(
-            "SELECT topic_offset, connector, partition, offset, key, value, headers, timestamp_ms FROM records
-             WHERE tenant = ?1 AND topic = ?2 AND topic_offset >= ?3 ORDER BY topic_offset LIMIT ?4",
+            "SELECT l.id, s.connector, s.partition, l.offset, l.key, l.value, l.headers, l.timestamp_ms
+             FROM log l JOIN log_sources s ON s.id = l.source
+             WHERE l.id >= ?1 AND l.id < ?2 ORDER BY l.id LIMIT ?3",
         )?;
-        let rows = stmt.query_map(params![tenant, topic, from as i64, limit as i64], |row| {
-            let headers: String = row.get(6)?;
+        let range = (log_key(topic_id, from), log_key(topic_id + 1, 0));
+        let rows = stmt.query_map(params![range.0, range.1, limit as i64], |row| {
+            let headers = decode_headers(row.get_ref(6)?);
             Ok((
-                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(0)? & ((1 << OFFSET_BITS) - 1),
                 row.get(1)?,
                 row.get(2)?,
                 row.get(3)?,
@@ -383,7 +494,7 @@ impl RecordLog for SqliteStore {
             let source_offset: String = source_offset;
             bytes += (key.as_ref().map_or(0, Vec::len)
                 + value.as_ref().map_or(0, Vec::len)
-                + headers.len()
+                + headers.as_ref().map_or(0, |h| h.iter().map(|(k, v)| k.len() + v.len()).sum())
                 + partition.len()
                 + source_offset.len()) as u64;
             page.push(StoredRecord {
@@ -395,7 +506,7 @@ impl RecordLog for SqliteStore {
                     offset: source_offset,
                     key,
                     value,
-                    headers: serde_json::from_str(&headers)?,
+                    headers: headers?,
                     timestamp_ms,
                 },
             });
@@ -422,6 +533,44 @@ mod tests {
             headers: vec![("h".into(), b"1".to_vec())],
             timestamp_ms: 7,
         }
+    }
+
+    #[test]
+    fn a_log_of_the_first_form_is_moved_and_read_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sluice.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                r#"CREATE TABLE records (
+                    id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, topic TEXT NOT NULL, topic_offset INTEGER NOT NULL,
+                    connector TEXT NOT NULL, partition TEXT NOT NULL, offset TEXT NOT NULL,
+                    key BLOB, value BLOB, headers TEXT NOT NULL, timestamp_ms INTEGER NOT NULL);
+                CREATE UNIQUE INDEX records_by_topic ON records (tenant, topic, topic_offset);
+                CREATE TABLE topics (tenant TEXT NOT NULL, topic TEXT NOT NULL, next_offset INTEGER NOT NULL,
+                    PRIMARY KEY (tenant, topic));
+                INSERT INTO records VALUES (1, 'default', 't', 0, 'a', '{"p":1}', '{"n":1}', NULL, X'76', '[["h",[49]]]', 7);
+                INSERT INTO records VALUES (2, 'default', 't', 1, 'b', '{"p":2}', '{"n":1}', X'6b', NULL, '[]', 8);
+                INSERT INTO records VALUES (3, 'other', 't', 0, 'a', '{"p":1}', '{"n":9}', NULL, NULL, '[]', 9);
+                INSERT INTO topics VALUES ('default', 't', 2), ('other', 't', 1);"#,
+            )
+            .unwrap();
+        }
+        let db = SqliteStore::open(&path).unwrap();
+        let read = db.read("default", "t", 0, 10).unwrap();
+        assert_eq!(read.iter().map(|r| (r.offset, r.connector.as_str())).collect::<Vec<_>>(), [(0, "a"), (1, "b")]);
+        assert_eq!(read[0].record, record("t", r#"{"p":1}"#, r#"{"n":1}"#));
+        assert_eq!(read[1].record.key.as_deref(), Some(b"k".as_slice()));
+        assert_eq!(db.read("other", "t", 0, 10).unwrap()[0].record.offset, r#"{"n":9}"#);
+        // New records follow the moved ones.
+        db.append_with_offsets(&Namespace::new("default", "a"), &[record("t", r#"{"p":1}"#, r#"{"n":2}"#)], &[])
+            .unwrap();
+        assert_eq!(db.topics("default").unwrap(), [("t".to_string(), 3)]);
+        assert_eq!(db.read("default", "t", 2, 10).unwrap()[0].record.offset, r#"{"n":2}"#);
+        drop(db);
+        // Opening again finds nothing left to move.
+        let db = SqliteStore::open(&path).unwrap();
+        assert_eq!(db.read("default", "t", 0, 10).unwrap().len(), 3);
     }
 
     #[test]
