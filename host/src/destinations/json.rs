@@ -27,48 +27,39 @@ pub fn record_json(record: &Record) -> serde_json::Value {
     })
 }
 
-/// Writes the same JSON as [`record_json`] without building a `Value`: partition and
-/// offset are embedded as the JSON text they already are (the stdout destination's path).
+/// Writes the same JSON as [`record_json`] without building a `Value` (the stdout
+/// destination's path, once per record). Partition and offset are written as the text they
+/// are: both were checked to be JSON objects before the record got here, and the topic to
+/// be `[a-zA-Z0-9._-]`, which needs no escaping.
 pub fn write_record_json(out: &mut impl std::io::Write, record: &Record) -> std::io::Result<()> {
-    use serde_json::value::RawValue;
-    #[derive(serde::Serialize)]
-    struct Header<'a> {
-        key: &'a str,
-        value: BytesJson<'a>,
-    }
-    struct BytesJson<'a>(&'a [u8]);
-    impl serde::Serialize for BytesJson<'_> {
-        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            match std::str::from_utf8(self.0) {
-                Ok(text) => serializer.serialize_str(text),
-                Err(_) => serde::Serialize::serialize(&bytes_json(self.0), serializer),
-            }
+    fn bytes(out: &mut impl std::io::Write, bytes: Option<&[u8]>) -> std::io::Result<()> {
+        match bytes {
+            None => out.write_all(b"null"),
+            Some(bytes) => match std::str::from_utf8(bytes) {
+                Ok(text) => serde_json::to_writer(&mut *out, text).map_err(std::io::Error::other),
+                Err(_) => serde_json::to_writer(&mut *out, &bytes_json(bytes)).map_err(std::io::Error::other),
+            },
         }
     }
-    #[derive(serde::Serialize)]
-    struct Line<'a> {
-        topic: &'a str,
-        partition: &'a RawValue,
-        offset: &'a RawValue,
-        key: Option<BytesJson<'a>>,
-        value: Option<BytesJson<'a>>,
-        headers: Vec<Header<'a>>,
-        timestamp: i64,
+    out.write_all(b"{\"topic\":\"")?;
+    out.write_all(record.topic.as_bytes())?;
+    out.write_all(b"\",\"partition\":")?;
+    out.write_all(record.partition.as_bytes())?;
+    out.write_all(b",\"offset\":")?;
+    out.write_all(record.offset.as_bytes())?;
+    out.write_all(b",\"key\":")?;
+    bytes(out, record.key.as_deref())?;
+    out.write_all(b",\"value\":")?;
+    bytes(out, record.value.as_deref())?;
+    out.write_all(b",\"headers\":[")?;
+    for (index, (key, value)) in record.headers.iter().enumerate() {
+        out.write_all(if index == 0 { b"{\"key\":" } else { b",{\"key\":" })?;
+        serde_json::to_writer(&mut *out, key).map_err(std::io::Error::other)?;
+        out.write_all(b",\"value\":")?;
+        bytes(out, Some(value))?;
+        out.write_all(b"}")?;
     }
-    fn raw(text: &str) -> std::io::Result<&RawValue> {
-        serde_json::from_str(text).map_err(std::io::Error::other)
-    }
-    let line = Line {
-        topic: &record.topic,
-        partition: raw(&record.partition)?,
-        offset: raw(&record.offset)?,
-        key: record.key.as_deref().map(BytesJson),
-        value: record.value.as_deref().map(BytesJson),
-        headers: record.headers.iter().map(|(k, v)| Header { key: k, value: BytesJson(v) }).collect(),
-        timestamp: record.timestamp_ms,
-    };
-    serde_json::to_writer(&mut *out, &line)?;
-    out.write_all(b"\n")
+    writeln!(out, "],\"timestamp\":{}}}", record.timestamp_ms)
 }
 
 #[cfg(test)]
@@ -90,5 +81,14 @@ mod tests {
         write_record_json(&mut out, &record).unwrap();
         let streamed: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(streamed, record_json(&record));
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "{\"topic\":\"t\",\"partition\":{\"p\":1},\"offset\":{\"o\":\"x\"},\"key\":{\"base16\":\"ff00\"},\"value\":\"line\",\"headers\":[{\"key\":\"h\",\"value\":\"v\"}],\"timestamp\":5}\n"
+        );
+        let bare = Record { key: None, value: None, headers: vec![], ..record };
+        let mut out = Vec::new();
+        write_record_json(&mut out, &bare).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&out).unwrap(), record_json(&bare));
     }
 }

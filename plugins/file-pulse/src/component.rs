@@ -33,6 +33,16 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+std::thread_local! {
+    /// The clock read once at the start of a poll: every line of the poll is stamped with
+    /// it (a clock call per line cost more than building the line's record).
+    static POLL_CLOCK_MS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn poll_clock_ms() -> u64 {
+    POLL_CLOCK_MS.get()
+}
+
 fn invalid((key, reason): (String, String)) -> Error {
     Error::InvalidConfig(format!("{key}: {reason}"))
 }
@@ -817,7 +827,7 @@ impl TaskFile {
                 Header { key: "file.path".into(), value: self.key.path.clone().into_bytes() },
                 Header { key: "file.line".into(), value: self.offset.line.to_string().into_bytes() },
             ],
-            timestamp: Some(now_ms() as i64),
+            timestamp: Some(poll_clock_ms() as i64),
         }
     }
 
@@ -981,7 +991,7 @@ impl TaskState {
                     if !file.key.path.ends_with(".gz") {
                         file.offset.size = file.offset.size.max(file.offset.position);
                     }
-                    file.last_growth_ms = now_ms();
+                    file.last_growth_ms = poll_clock_ms();
                     *bytes += line.len();
                     records.push(file.record(&settings.topic, Some(line)));
                     last_of_this_poll = Some(records.len() - 1);
@@ -1179,6 +1189,7 @@ impl Task for TaskState {
     }
 
     fn poll(&mut self) -> Result<Vec<Record>, Error> {
+        POLL_CLOCK_MS.set(now_ms());
         let mut records = Vec::new();
         let mut bytes = 0;
         let count = self.files.len();

@@ -105,8 +105,32 @@ impl FileOffset {
         serde_json::from_str(text).ok()
     }
 
+    /// The offset as JSON, the same text serde writes. The common case (a plain offset of
+    /// a file with a printable ASCII path) is written directly: it is built for every line.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("offsets serialize")
+        let plain_path = self.path.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
+        let plain = self.end == End::Eof
+            && self.failed.is_none()
+            && self.version == 0
+            && self.attempt == 0
+            && self.head.is_none();
+        if !(plain && plain_path) {
+            return serde_json::to_string(self).expect("offsets serialize");
+        }
+        let mut json = String::with_capacity(self.path.len() + 96);
+        json.push_str("{\"path\":\"");
+        json.push_str(&self.path);
+        for (name, value) in [
+            ("\",\"position\":", self.position),
+            (",\"line\":", self.line),
+            (",\"size\":", self.size),
+            (",\"mtime\":", self.mtime),
+        ] {
+            json.push_str(name);
+            push_decimal(&mut json, value);
+        }
+        json.push_str(if self.done { ",\"done\":true}" } else { ",\"done\":false}" });
+        json
     }
 
     /// The start of a version of a file.
@@ -115,9 +139,53 @@ impl FileOffset {
     }
 }
 
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_direct_json_is_what_serde_writes() {
+        let offsets = [
+            FileOffset::default(),
+            FileOffset {
+                path: "a b/c.log".into(),
+                position: u64::MAX,
+                line: 10,
+                size: 7,
+                mtime: 1,
+                done: true,
+                ..FileOffset::default()
+            },
+            FileOffset { path: "quote\"d\\".into(), position: 1, ..FileOffset::default() },
+            FileOffset { path: "ünï\n".into(), line: 3, ..FileOffset::default() },
+            FileOffset { path: "a".into(), version: 2, attempt: 1, head: Some("ff".into()), ..FileOffset::default() },
+            FileOffset {
+                path: "a".into(),
+                end: End::Rotated,
+                failed: Some("x".into()),
+                done: true,
+                ..FileOffset::default()
+            },
+        ];
+        for offset in offsets {
+            assert_eq!(offset.to_json(), serde_json::to_string(&offset).unwrap(), "{offset:?}");
+        }
+    }
 
     #[test]
     fn offsets_round_trip_and_omit_defaults() {
