@@ -8,11 +8,13 @@
 //! cargo run --release -p sluice-bench -- fairness    # counter alone vs beside busy plugins
 //! cargo run --release -p sluice-bench -- languages   # Rust, Python and JavaScript connectors
 //! cargo run --release -p sluice-bench -- directory   # file-pulse on 1,000 to 100,000 files
+//! cargo run --release -p sluice-bench -- density     # 1,000 idle connectors x 10 tasks in one worker
 //! cargo run --release -p sluice-bench -- rest        # GET /connectors with 200 connectors
 //! cargo run --release -p sluice-bench -- kafka       # file-pulse into Kafka vs a bare rdkafka producer
 //! cargo run --release -p sluice-bench -- record-path # the record path's table: poll, stdout, local, languages
 //! ```
 
+mod density;
 mod directory;
 mod fairness;
 mod files;
@@ -24,6 +26,7 @@ mod rest;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -100,6 +103,20 @@ enum Bench {
         /// Directory sizes, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
         files: Vec<usize>,
+    },
+    /// Idle connectors (counter tasks that send one record, then find nothing) in one
+    /// `sluice run`: sandboxes started and failed, resident memory, idle CPU, stop time.
+    Density {
+        #[command(flatten)]
+        plugins: PluginPath,
+        #[arg(long, default_value_t = 1000)]
+        connectors: usize,
+        /// Tasks per connector.
+        #[arg(long, default_value_t = 10)]
+        tasks: usize,
+        /// Seconds to settle before measuring, and seconds measured.
+        #[arg(long, default_value_t = 10)]
+        settle: u64,
     },
     /// MB/s streaming one file of 100-byte lines with file-pulse, to the local destination
     /// and to stdout, beside a native loop reading the same file.
@@ -214,6 +231,10 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
                 }
             }
             directory::print_directory_table(&rows);
+        }
+        Bench::Density { plugins, connectors, tasks, settle } => {
+            let row = density::density(&plugins.plugin_path, connectors, tasks, Duration::from_secs(settle)).await?;
+            density::print_density_table(&row);
         }
         Bench::Files { plugins, mib } => {
             let rows = files::files(&plugins.plugin_path, mib).await?;

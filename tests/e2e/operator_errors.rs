@@ -342,3 +342,43 @@ fn a_tenants_records_per_second_are_shared_fairly_whatever_the_batch_sizes() {
     let share = big / (big + small);
     assert!((0.2..0.45).contains(&share), "the big-batch task took {share:.2} of the tenant's budget");
 }
+
+#[test]
+fn a_worker_out_of_sandboxes_names_the_setting_and_the_rest_keep_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("sluice.toml");
+    // The connector and two of its four tasks fit.
+    std::fs::write(&toml, "[sandbox]\nmax_instances = 3\n").unwrap();
+    let file = connector_file(dir.path(), "c.json", &counter("crowded", r#", "tasks.max": "4", "record.count": "5""#));
+    let data = dir.path().join("data");
+    let mut child = sluice()
+        .arg("run")
+        .arg("--config")
+        .arg(&toml)
+        .arg("--plugin-path")
+        .arg(plugins(&data, &["counter"]))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg(&file)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let tasks = wait_until("two tasks running and two failed", || {
+        let status = crate::stores(&data).ok()?.statuses().statuses(DEFAULT_TENANT).ok()?;
+        let tasks = status.first()?.tasks.clone();
+        let count = |state| tasks.iter().filter(|t| t.state == state).count();
+        (count(sluice::storage::State::Running) == 2 && count(sluice::storage::State::Failed) == 2).then_some(tasks)
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for task in tasks.iter().filter(|t| t.state == sluice::storage::State::Failed) {
+        let trace = task.trace.as_deref().unwrap_or_default();
+        assert!(
+            trace.starts_with("the worker already holds its most sandboxes at once (3, each connector and task is one); raise `max_instances` under [sandbox] in sluice.toml"),
+            "{trace}"
+        );
+    }
+    let stores = crate::stores(&data).unwrap();
+    let records = stores.local().read(DEFAULT_TENANT, "crowded", 0, 100).unwrap();
+    assert_eq!(records.len(), 10, "the two running tasks sent their five records each");
+}

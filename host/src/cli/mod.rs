@@ -410,6 +410,84 @@ fn exit_code(exit: Option<String>) -> ExitCode {
     }
 }
 
+/// One connector on the progress line.
+struct ConnectorProgress {
+    name: String,
+    state: crate::storage::State,
+    running: usize,
+    failed: usize,
+    tasks: usize,
+    records: u64,
+    rate: f64,
+}
+
+impl ConnectorProgress {
+    fn of(status: &crate::storage::ConnectorStatus, records: u64, rate: f64) -> ConnectorProgress {
+        use crate::storage::State;
+        let count = |state: State| status.tasks.iter().filter(|t| t.state == state).count();
+        ConnectorProgress {
+            name: status.name.clone(),
+            state: status.connector.state,
+            running: count(State::Running),
+            failed: count(State::Failed),
+            tasks: status.tasks.len(),
+            records,
+            rate,
+        }
+    }
+}
+
+/// Above this many connectors the progress line is a summary.
+const PROGRESS_CONNECTORS: usize = 8;
+
+/// The progress line's parts: one per connector, or past [`PROGRESS_CONNECTORS`] a
+/// summary and the first connectors with FAILED tasks.
+fn progress_parts(connectors: &[ConnectorProgress]) -> Vec<String> {
+    let failed_tasks =
+        |c: &ConnectorProgress| if c.failed > 0 { format!(", {} FAILED", c.failed) } else { String::new() };
+    if connectors.len() <= PROGRESS_CONNECTORS {
+        return connectors
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {} {}/{} tasks{} {} records {:.0}/s",
+                    c.name,
+                    c.state,
+                    c.running,
+                    c.tasks,
+                    failed_tasks(c),
+                    c.records,
+                    c.rate
+                )
+            })
+            .collect();
+    }
+    let sum = |f: fn(&ConnectorProgress) -> usize| connectors.iter().map(f).sum::<usize>();
+    let mut states: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for c in connectors {
+        *states.entry(c.state.to_string()).or_default() += 1;
+    }
+    let states: Vec<String> = states.into_iter().map(|(state, n)| format!("{n} {state}")).collect();
+    let mut parts = vec![format!(
+        "{} connectors ({}), {}/{} tasks running, {} FAILED, {} records {:.0}/s",
+        connectors.len(),
+        states.join(", "),
+        sum(|c| c.running),
+        sum(|c| c.tasks),
+        sum(|c| c.failed),
+        connectors.iter().map(|c| c.records).sum::<u64>(),
+        connectors.iter().map(|c| c.rate).sum::<f64>()
+    )];
+    let failing: Vec<&ConnectorProgress> = connectors.iter().filter(|c| c.failed > 0).collect();
+    for c in failing.iter().take(3) {
+        parts.push(format!("{} {}/{} tasks{}", c.name, c.running, c.tasks, failed_tasks(c)));
+    }
+    if failing.len() > 3 {
+        parts.push(format!("{} more with FAILED tasks (`sluice serve` or the log say which)", failing.len() - 3));
+    }
+    parts
+}
+
 /// Waits for Ctrl-C or SIGTERM (`None`), or for the worker to ask to stop (`Some(why)`),
 /// showing progress meanwhile.
 async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<Option<String>> {
@@ -434,15 +512,15 @@ async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<Opt
                 if !live && !seconds.is_multiple_of(10) {
                     continue;
                 }
-                let mut parts = Vec::new();
+                let mut connectors = Vec::new();
                 for (ns, status) in herder.statuses() {
                     let total = herder.delivered_in(&ns).await;
                     let now = Instant::now();
                     let (before, at) = last.insert(format!("{}/{}", ns.tenant, ns.connector), (total, now)).unwrap_or((0, started));
                     let rate = if now > at { (total - before) as f64 / (now - at).as_secs_f64() } else { 0.0 };
-                    let running = status.tasks.iter().filter(|t| t.state == crate::storage::State::Running).count();
-                    parts.push(format!("{} {} {running}/{} tasks {total} records {rate:.0}/s", status.name, status.connector.state, status.tasks.len()));
+                    connectors.push(ConnectorProgress::of(&status, total, rate));
                 }
+                let parts = progress_parts(&connectors);
                 if live {
                     eprint!("\r\x1b[K{}", parts.join(" | "));
                 } else {
@@ -572,4 +650,36 @@ fn read_topic(stores: &Stores, tenant: &str, topic: &str, json: bool, from: u64)
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ConnectorProgress, progress_parts};
+    use crate::storage::State;
+
+    fn connector(i: usize, failed: usize) -> ConnectorProgress {
+        ConnectorProgress {
+            name: format!("c{i}"),
+            state: State::Running,
+            running: 10 - failed,
+            failed,
+            tasks: 10,
+            records: 5,
+            rate: 1.0,
+        }
+    }
+
+    #[test]
+    fn the_progress_line_names_failed_tasks_and_sums_up_many_connectors() {
+        assert_eq!(progress_parts(&[connector(0, 9)]), ["c0 RUNNING 1/10 tasks, 9 FAILED 5 records 1/s"]);
+        let many: Vec<ConnectorProgress> = (0..1000).map(|i| connector(i, usize::from(i % 100 == 0))).collect();
+        let parts = progress_parts(&many);
+        assert_eq!(
+            parts[0],
+            "1000 connectors (1000 RUNNING), 9990/10000 tasks running, 10 FAILED, 5000 records 1000/s"
+        );
+        assert_eq!(parts[1], "c0 9/10 tasks, 1 FAILED");
+        assert_eq!(parts.len(), 5, "{parts:?}");
+        assert!(parts[4].starts_with("7 more with FAILED tasks"), "{parts:?}");
+    }
 }

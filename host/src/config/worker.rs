@@ -10,6 +10,7 @@
 //!
 //! [sandbox]
 //! fuel_metering = true                              # CPU accounting; costs ~10% throughput
+//! max_instances = 2048                              # sandboxes at once (connectors + tasks)
 //!
 //! [storage]
 //! kind = "sqlite"                                   # the embedded default, or "kafka" (needs [kafka])
@@ -87,12 +88,32 @@ impl Tenant {
 }
 
 /// `[sandbox]`: settings of the engine every plugin shares.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerSandbox {
     /// Whether calls consume fuel (CPU accounting, needed for `sandbox.fuel.per.call`).
     #[serde(default)]
     pub fuel_metering: bool,
+    /// How many sandboxes (a connector or a task each) the worker holds at once. Each slot
+    /// reserves about 4 GiB of address space (never memory) up front, so the default
+    /// stays well inside a process's 128 TiB; 16,384 is the most this allows.
+    #[serde(default = "default_max_instances")]
+    pub max_instances: u32,
+}
+
+impl Default for WorkerSandbox {
+    fn default() -> Self {
+        WorkerSandbox { fuel_metering: false, max_instances: default_max_instances() }
+    }
+}
+
+/// The default of `[sandbox] max_instances`.
+pub const DEFAULT_MAX_INSTANCES: u32 = 2048;
+/// The most `[sandbox] max_instances` may be: 64 TiB of address space in slots.
+pub const MOST_INSTANCES: u32 = 16_384;
+
+fn default_max_instances() -> u32 {
+    DEFAULT_MAX_INSTANCES
 }
 
 /// Which backend holds offsets, configs, statuses and the local record log.
@@ -166,6 +187,11 @@ impl WorkerConfig {
 
     pub fn parse(text: &str) -> anyhow::Result<WorkerConfig> {
         let file: WorkerFile = toml::from_str(text)?;
+        let instances = file.sandbox.max_instances;
+        anyhow::ensure!(
+            (1..=MOST_INSTANCES).contains(&instances),
+            "[sandbox] max_instances: {instances} is not between 1 and {MOST_INSTANCES} (each sandbox slot reserves 4 GiB of address space)"
+        );
         let mut tenants = BTreeMap::new();
         for mut tenant in file.tenant {
             // A tenant's name prefixes its Kafka topics (`<tenant>.<topic>`) and its keys in
@@ -278,6 +304,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(worker.defaults["sandbox.call.timeout.ms"], "2000");
+        assert_eq!(worker.sandbox.max_instances, DEFAULT_MAX_INSTANCES);
+        assert_eq!(WorkerConfig::parse("[sandbox]\nmax_instances = 11000\n").unwrap().sandbox.max_instances, 11000);
+        let too_many = WorkerConfig::parse("[sandbox]\nmax_instances = 100000\n").unwrap_err().to_string();
+        assert!(too_many.starts_with("[sandbox] max_instances: 100000 is not between 1 and 16384"), "{too_many}");
         assert!(worker.sandbox.fuel_metering);
         assert_eq!(worker.storage.kind, StorageKind::Sqlite);
         let no_kafka = WorkerConfig::parse("[storage]\nkind = \"kafka\"\n").unwrap_err();

@@ -88,7 +88,7 @@ impl Herder {
     /// `plugin_dir` (compiled through the data directory's cache).
     pub async fn open_with_config(worker: WorkerConfig, data_dir: &Path, plugin_dir: &Path) -> anyhow::Result<Herder> {
         let data_dir = DataDir::new(data_dir);
-        let runtime = Runtime::with_fuel_metering(worker.sandbox.fuel_metering)?;
+        let runtime = Runtime::for_worker(&worker.sandbox)?;
         let stores = Stores::open(&worker, &data_dir)?;
         let registry = Arc::new(Registry::load(&runtime, plugin_dir, &data_dir.compile_cache()).await?);
         let worker_id = format!("{}:{}", hostname(), std::process::id());

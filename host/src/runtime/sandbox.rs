@@ -20,7 +20,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::sluice::connector::{connector_context, log, offset_storage_reader, types};
 use super::bindings::{ConfigKey, ConfigProblem, ConnectorError, SourceConnector, SourceConnectorPre, SourceRecord};
 use super::plugin_log::{PluginLog, escape_controls, escape_controls_but};
-use crate::config::{CallTimeouts, SandboxSettings};
+use crate::config::{CallTimeouts, SandboxSettings, WorkerSandbox};
 use crate::storage::json::canonical_object;
 use crate::storage::{Namespace, OffsetStore};
 
@@ -55,26 +55,33 @@ pub struct Runtime {
     stop_ticker: Arc<AtomicBool>,
     /// Whether calls consume fuel (CPU accounting and `sandbox.fuel.per.call`).
     pub fuel_metering: bool,
+    /// `[sandbox] max_instances`: the pool's size.
+    max_instances: u32,
 }
 
 impl Runtime {
     pub fn new() -> anyhow::Result<Arc<Self>> {
-        Self::with_fuel_metering(false)
+        Self::for_worker(&WorkerSandbox::default())
     }
 
-    /// Fuel metering is engine-wide and costs every plugin about a tenth of its speed, so
-    /// it is a worker setting (`[sandbox] fuel_metering` in sluice.toml).
-    pub fn with_fuel_metering(fuel_metering: bool) -> anyhow::Result<Arc<Self>> {
+    /// The engine of a worker's `[sandbox]` settings. Fuel metering is engine-wide and
+    /// costs every plugin about a tenth of its speed, so it is a worker setting, as is the
+    /// number of instance slots.
+    pub fn for_worker(settings: &WorkerSandbox) -> anyhow::Result<Arc<Self>> {
+        let (fuel_metering, max_instances) = (settings.fuel_metering, settings.max_instances);
         let mut config = Config::new();
         config.wasm_component_model(true).epoch_interruption(true).consume_fuel(fuel_metering);
         // Instances come from preallocated slots: instantiation is a few microseconds and
         // memory is reused copy-on-write. The sizes leave room for large (Python, JS)
         // components, which have many core instances and tables.
         let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(512)
-            .total_core_instances(4096)
-            .total_memories(512)
-            .total_tables(4096)
+        pool.total_component_instances(max_instances)
+            .total_core_instances(max_instances.saturating_mul(4).max(4096))
+            .total_memories(max_instances)
+            .total_tables(max_instances.saturating_mul(4).max(4096))
+            // A call in progress holds a fiber stack; idle instances hold none, but every
+            // instance can be in a call at once.
+            .total_stacks(max_instances)
             .max_memories_per_component(16)
             .max_tables_per_component(64)
             .max_core_instances_per_component(128)
@@ -94,7 +101,14 @@ impl Runtime {
                 ticker_engine.increment_epoch();
             }
         })?;
-        Ok(Arc::new(Runtime { engine, linker, next_instance: AtomicU64::new(1), stop_ticker, fuel_metering }))
+        Ok(Arc::new(Runtime {
+            engine,
+            linker,
+            next_instance: AtomicU64::new(1),
+            stop_ticker,
+            fuel_metering,
+            max_instances,
+        }))
     }
 
     pub fn linker(&self) -> &Linker<HostState> {
@@ -167,6 +181,21 @@ impl Runtime {
         let deadline = begin(&mut store, "instantiate", sandbox.timeouts.lifecycle, None);
         let instantiating = pre.instantiate_async(&mut store);
         let bindings = match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), instantiating).await {
+            Ok(Err(e)) if format!("{e:#}").contains("maximum concurrent limit") => {
+                return Err(CallError::Setup(format!(
+                    "the worker already holds its most sandboxes at once ({}, each connector and task is one); \
+                     raise `max_instances` under [sandbox] in sluice.toml (wasmtime: {e:#})",
+                    self.max_instances
+                )));
+            }
+            Ok(Err(e)) if format!("{e:#}").contains("os error 12") => {
+                return Err(CallError::Setup(format!(
+                    "the system refused the sandbox its memory mappings ({e:#}); with thousands of sandboxes \
+                     the limit is usually Linux's vm.max_map_count ({}): raise it, e.g. `sysctl -w vm.max_map_count=262144`",
+                    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+                        .map_or("unknown".into(), |n| n.trim().to_string())
+                )));
+            }
             Ok(bindings) => finish(&mut store, bindings)?,
             Err(_) => return Err(abandon(&mut store)),
         };

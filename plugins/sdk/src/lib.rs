@@ -249,7 +249,8 @@ pub trait Connector: Sized + 'static {
 /// A task instance: produces records.
 pub trait Task: Sized + 'static {
     fn start(config: Config) -> Result<Self, Error>;
-    /// The next records; empty means "nothing now" (the host backs off briefly).
+    /// The next records; empty means "nothing now": the host polls again after 1 ms,
+    /// doubling to 1 s while polls stay empty.
     fn poll(&mut self) -> Result<Vec<Record>, Error>;
     /// Called after the offsets of the records returned so far are durable.
     fn commit(&mut self) -> Result<(), Error> {
