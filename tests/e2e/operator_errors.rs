@@ -382,3 +382,37 @@ fn a_worker_out_of_sandboxes_names_the_setting_and_the_rest_keep_running() {
     let records = stores.local().read(DEFAULT_TENANT, "crowded", 0, 100).unwrap();
     assert_eq!(records.len(), 10, "the two running tasks sent their five records each");
 }
+
+#[test]
+fn plugins_the_connectors_do_not_use_are_never_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let folder = plugins(&data, &["counter"]);
+    let test_plugins = Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins");
+    // One whose config-def sleeps past the load deadline, and one that is not wasm at all.
+    std::fs::copy(test_plugins.join("slow-config-def.wasm"), folder.join("slow-config-def.wasm")).unwrap();
+    std::fs::write(folder.join("garbage.wasm"), b"not a component").unwrap();
+    let file = connector_file(dir.path(), "c.json", &counter("fast", r#", "record.count": "5""#));
+    let log = dir.path().join("sluice.log");
+    let mut child = sluice()
+        .env("SLUICE_LOG", "info")
+        .arg("run")
+        .arg("--plugin-path")
+        .arg(&folder)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg(&file)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until("the counter's five records", || {
+        let stores = crate::stores(&data).ok()?;
+        (stores.local().read(DEFAULT_TENANT, "fast", 0, 10).ok()?.len() == 5).then_some(())
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("counter.wasm"), "the counter was loaded: {text}");
+    // Neither was even looked at: nothing could wait on them.
+    assert!(!text.contains("slow-config-def") && !text.contains("garbage"), "{text}");
+}

@@ -371,7 +371,11 @@ async fn run(
     };
     let data = DataDir::new(data_dir);
     let _lock = data.lock()?;
-    let herder = Arc::new(Herder::open_with_config(worker, data_dir, plugin_path).await?);
+    // Only the plugins these connectors use are loaded before they start: no waiting on
+    // the others (with --listen they load in the background, for the API).
+    let used: std::collections::BTreeSet<String> =
+        configs.iter().filter_map(|c| c.plugin().ok().map(String::from)).collect();
+    let herder = Arc::new(Herder::open_for_plugins(worker, data_dir, plugin_path, Some(&used)).await?);
     // Every config, quotas included, is checked before any connector starts.
     if let Err(e) = herder.validate_all(&configs).await {
         return Ok(config_error(&e));
@@ -389,6 +393,14 @@ async fn run(
             herder.shutdown().await;
             return Ok(config_error(&e));
         }
+    }
+    if server.is_some() {
+        let services = herder.services().clone();
+        tokio::spawn(async move {
+            if let Err(e) = services.registry.refresh(&services.runtime).await {
+                tracing::warn!("loading the other plugins: {e:#}");
+            }
+        });
     }
     let exit = wait_for_signal_showing_progress(&herder).await?;
     tracing::info!("stopping: committing offsets");

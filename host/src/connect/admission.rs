@@ -184,13 +184,15 @@ fn find_plugin(services: &Services, config: &ConnectorConfig) -> Result<Arc<Plug
     let name = config.plugin()?;
     let registry = &services.registry;
     registry.get(name).ok_or_else(|| {
-        let known = registry.names();
+        let why = match registry.rejected().into_iter().find(|r| r.file.file_stem().is_some_and(|s| s == name)) {
+            Some(rejected) => format!("{} was rejected: {}", rejected.file.display(), rejected.reason),
+            None => format!("no {name}.wasm in {}", registry.dir.display()),
+        };
         config.error(
             CONNECTOR_CLASS,
             format!(
-                "unknown plugin '{name}': no usable {name}.wasm in {} (loaded: {})",
-                registry.dir.display(),
-                known.join(", ")
+                "unknown plugin '{name}': {why} (plugins in the folder: {})",
+                registry.files_in_folder().join(", ")
             ),
         )
     })

@@ -87,10 +87,21 @@ impl Herder {
     /// A worker with the stores its config names, in `data_dir`, and the plugins of
     /// `plugin_dir` (compiled through the data directory's cache).
     pub async fn open_with_config(worker: WorkerConfig, data_dir: &Path, plugin_dir: &Path) -> anyhow::Result<Herder> {
+        Self::open_for_plugins(worker, data_dir, plugin_dir, None).await
+    }
+
+    /// [`Herder::open_with_config`] that loads only the plugins named in `only` (all when
+    /// `None`); the rest load at the registry's next refresh.
+    pub async fn open_for_plugins(
+        worker: WorkerConfig,
+        data_dir: &Path,
+        plugin_dir: &Path,
+        only: Option<&std::collections::BTreeSet<String>>,
+    ) -> anyhow::Result<Herder> {
         let data_dir = DataDir::new(data_dir);
         let runtime = Runtime::for_worker(&worker.sandbox)?;
         let stores = Stores::open(&worker, &data_dir)?;
-        let registry = Arc::new(Registry::load(&runtime, plugin_dir, &data_dir.compile_cache()).await?);
+        let registry = Arc::new(Registry::load_only(&runtime, plugin_dir, &data_dir.compile_cache(), only).await?);
         let worker_id = format!("{}:{}", hostname(), std::process::id());
         let board = Arc::new(StatusBoard::new(worker_id, stores.statuses().clone()));
         let rates = Arc::new(TenantRates::new(&worker));

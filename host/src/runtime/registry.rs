@@ -116,12 +116,24 @@ const CORE_MODULE_LAYER: [u8; 4] = [1, 0, 0, 0];
 impl Registry {
     /// Loads every `*.wasm` in `dir`. Fails only when the folder cannot be read.
     pub async fn load(runtime: &Runtime, dir: &Path, cache_dir: &Path) -> anyhow::Result<Registry> {
+        Self::load_only(runtime, dir, cache_dir, None).await
+    }
+
+    /// Loads the plugins named in `only` (every `*.wasm` when `None`): a worker that knows
+    /// which plugins its connectors use waits for no other to compile. The rest load at
+    /// the next [`Registry::refresh`].
+    pub async fn load_only(
+        runtime: &Runtime,
+        dir: &Path,
+        cache_dir: &Path,
+        only: Option<&std::collections::BTreeSet<String>>,
+    ) -> anyhow::Result<Registry> {
         let registry = Registry {
             dir: dir.to_path_buf(),
             cache_dir: cache_dir.to_path_buf(),
             folder: std::sync::RwLock::new(Folder::default()),
         };
-        registry.refresh(runtime).await?;
+        registry.refresh_matching(runtime, |name| only.is_none_or(|only| only.contains(name))).await?;
         Ok(registry)
     }
 
@@ -130,6 +142,30 @@ impl Registry {
     /// leaves the version loaded before it in place. Returns the names of the plugins
     /// loaded, and of the files rejected, by this look.
     pub async fn refresh(&self, runtime: &Runtime) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
+        self.refresh_matching(runtime, |_| true).await
+    }
+
+    /// The names of the `*.wasm` files in the folder now, loaded or not.
+    pub fn files_in_folder(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| entry.ok().map(|e| e.path()))
+                    .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
+                    .filter_map(|path| plugin_name(&path))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// [`Registry::refresh`] of the files whose plugin name `wanted` accepts.
+    async fn refresh_matching(
+        &self,
+        runtime: &Runtime,
+        wanted: impl Fn(&str) -> bool,
+    ) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
         let mut files: Vec<(PathBuf, (u64, Option<std::time::SystemTime>))> = std::fs::read_dir(&self.dir)
             .with_context(|| format!("cannot read plugin folder {}", self.dir.display()))?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -154,7 +190,12 @@ impl Registry {
                     folder.plugins.remove(&name);
                 }
             }
-            files.iter().filter(|(path, stamp)| folder.seen.get(path) != Some(stamp)).map(|(p, _)| p.clone()).collect()
+            files
+                .iter()
+                .filter(|(path, stamp)| folder.seen.get(path) != Some(stamp))
+                .filter(|(path, _)| plugin_name(path).is_some_and(|name| wanted(&name)))
+                .map(|(p, _)| p.clone())
+                .collect()
         };
         let (mut loaded, mut rejected) = (Vec::new(), Vec::new());
         for file in changed {
