@@ -135,6 +135,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     let mut unsettled = false;
     let mut last_commit = Instant::now();
     let mut last_usage_report = Instant::now();
+    let mut reported_usage = None;
     let mut paused = spec.paused.clone();
     let counters = spec.metrics.task(spec.task);
     // The batch being delivered while the next one is polled: one at a time, in order, so
@@ -243,7 +244,12 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         }
         if last_usage_report.elapsed() >= USAGE_REPORT_INTERVAL {
             last_usage_report = Instant::now();
-            board.set_task_usage(&spec.namespace, spec.task, instance.fuel_used(), instance.largest_memory());
+            // Idle tasks' usage does not change: they report nothing.
+            let usage = (instance.fuel_used(), instance.largest_memory());
+            if reported_usage != Some(usage) {
+                reported_usage = Some(usage);
+                board.set_task_usage(&spec.namespace, spec.task, usage.0, usage.1);
+            }
         }
         if recycle_at.is_some_and(|limit| instance.largest_memory() >= limit) {
             settle!(before_stop);

@@ -261,12 +261,19 @@ fn decode_headers(stored: rusqlite::types::ValueRef<'_>) -> anyhow::Result<Vec<(
 impl OffsetStore for SqliteStore {
     fn offsets(&self, ns: &Namespace, partitions: &[String]) -> anyhow::Result<Vec<Option<String>>> {
         let conn = self.reader();
-        let mut stmt =
-            conn.prepare_cached("SELECT offset FROM offsets WHERE tenant = ?1 AND connector = ?2 AND partition = ?3")?;
-        partitions
-            .iter()
-            .map(|p| Ok(stmt.query_row(params![ns.tenant, ns.connector, p], |row| row.get(0)).optional()?))
-            .collect()
+        // One read transaction for the whole list: one snapshot, and the WAL's read lock
+        // taken once rather than once per partition.
+        let tx = conn.unchecked_transaction()?;
+        let found = {
+            let mut stmt = tx
+                .prepare_cached("SELECT offset FROM offsets WHERE tenant = ?1 AND connector = ?2 AND partition = ?3")?;
+            partitions
+                .iter()
+                .map(|p| Ok(stmt.query_row(params![ns.tenant, ns.connector, p], |row| row.get(0)).optional()?))
+                .collect::<anyhow::Result<Vec<Option<String>>>>()?
+        };
+        tx.commit()?;
+        Ok(found)
     }
 
     fn commit_offsets(&self, ns: &Namespace, offsets: &[(String, String)]) -> anyhow::Result<()> {
