@@ -6,13 +6,16 @@
 //!
 //! Two connections: the writer (records, offsets, configs, statuses) and a reader for
 //! lookups, so a plugin's offset lookup never waits for, nor holds up, a delivery.
+//! Write transactions begin IMMEDIATE: one that began as a read and then wrote would fail
+//! at once (SQLITE_BUSY, "database is locked", without waiting) whenever another process
+//! on the same data, such as `sluice topics read` opening it, had written meanwhile.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::Context;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::model::{ConnectorStatus, Record, StoredRecord, TargetState};
 use super::{ConfigStore, Namespace, OffsetStore, RecordLog, StatusStore, StoredConnector};
@@ -112,7 +115,7 @@ fn migrate_record_log(conn: &mut Connection) -> rusqlite::Result<()> {
     if !old {
         return Ok(());
     }
-    let tx = conn.transaction()?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(&format!(
         "INSERT INTO log_topics (tenant, topic, next_offset) SELECT tenant, topic, next_offset FROM topics;
          INSERT OR IGNORE INTO log_sources (tenant, connector, partition)
@@ -150,7 +153,7 @@ fn append(
     records: &[Record],
     offsets: &[(String, String)],
 ) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         let mut topic_of =
             tx.prepare_cached("SELECT id, next_offset FROM log_topics WHERE tenant = ?1 AND topic = ?2")?;
@@ -279,7 +282,7 @@ impl OffsetStore for SqliteStore {
     fn commit_offsets(&self, ns: &Namespace, offsets: &[(String, String)]) -> anyhow::Result<()> {
         let mut conn = self.conn();
         let commit = |conn: &mut Connection| {
-            let tx = conn.transaction()?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             upsert_offsets(&tx, ns, offsets)?;
             tx.commit()
         };
@@ -379,7 +382,7 @@ impl ConfigStore for SqliteStore {
 
     fn delete_connector(&self, ns: &Namespace) -> anyhow::Result<()> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for table in ["connector_configs", "task_configs", "target_states", "statuses"] {
             tx.execute(
                 &format!("DELETE FROM {table} WHERE tenant = ?1 AND connector = ?2"),
@@ -399,7 +402,7 @@ impl ConfigStore for SqliteStore {
 
     fn put_task_configs(&self, ns: &Namespace, tasks: &[Vec<(String, String)>]) -> anyhow::Result<()> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute("DELETE FROM task_configs WHERE tenant = ?1 AND connector = ?2", params![ns.tenant, ns.connector])?;
         for (i, config) in tasks.iter().enumerate() {
             tx.execute(
