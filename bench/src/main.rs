@@ -9,6 +9,7 @@
 //! cargo run --release -p sluice-bench -- languages   # Rust, Python and JavaScript connectors
 //! cargo run --release -p sluice-bench -- directory   # file-pulse on 1,000 to 100,000 files
 //! cargo run --release -p sluice-bench -- density     # 1,000 idle connectors x 10 tasks in one worker
+//! cargo run --release -p sluice-bench -- startup     # first record of a file-pulse run, cold and warm
 //! cargo run --release -p sluice-bench -- rest        # GET /connectors with 200 connectors
 //! cargo run --release -p sluice-bench -- kafka       # file-pulse into Kafka vs a bare rdkafka producer
 //! cargo run --release -p sluice-bench -- record-path # the record path's table: poll, stdout, local, languages
@@ -23,6 +24,7 @@ mod languages;
 mod poll;
 mod record_path;
 mod rest;
+mod startup;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -117,6 +119,12 @@ enum Bench {
         /// Seconds to settle before measuring, and seconds measured.
         #[arg(long, default_value_t = 10)]
         settle: u64,
+    },
+    /// `sluice run` of one file-pulse connector, with every shipped plugin in the folder:
+    /// time to its first record, from a cold and from a warm compile cache.
+    Startup {
+        #[command(flatten)]
+        plugins: PluginPath,
     },
     /// MB/s streaming one file of 100-byte lines with file-pulse, to the local destination
     /// and to stdout, beside a native loop reading the same file.
@@ -235,6 +243,10 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
         Bench::Density { plugins, connectors, tasks, settle } => {
             let row = density::density(&plugins.plugin_path, connectors, tasks, Duration::from_secs(settle)).await?;
             density::print_density_table(&row);
+        }
+        Bench::Startup { plugins } => {
+            let (rows, compile, others) = startup::startup(&plugins.plugin_path).await?;
+            startup::print_startup_table(&rows, compile, &others);
         }
         Bench::Files { plugins, mib } => {
             let rows = files::files(&plugins.plugin_path, mib).await?;

@@ -82,3 +82,13 @@ fn density_starts_every_task_and_prints_memory_and_cpu() {
     assert_eq!(cells[..2], ["40", "0"], "every task running, none failed: {table}");
     assert!(cells[3].ends_with(" MiB") && cells[5].ends_with(" %"), "{table}");
 }
+
+#[test]
+fn startup_prints_a_cold_and_a_warm_first_record() {
+    let table = table(bench(&["startup"]));
+    for start in ["| cold compile cache | ", "| warm compile cache | "] {
+        let row = table.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{start}: {table}"));
+        let millis = row[start.len()..].split(' ').next().unwrap();
+        assert!(millis.parse::<u64>().is_ok(), "{row}");
+    }
+}

@@ -152,9 +152,11 @@ impl ConnectorRun {
             return InstanceEnd::Failed(trace);
         }
         let started = Instant::now();
+        // The first tick is at once (an interval's first tick completes immediately): a
+        // connector that finds its work in `tick`, as file-pulse lists its directory, starts
+        // its tasks without waiting `monitor.interval.ms`.
         let mut ticks = tokio::time::interval(self.settings.monitor_interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticks.tick().await;
         loop {
             if started.elapsed() > self.settings.restart.max_backoff {
                 *attempt = 0;
