@@ -118,7 +118,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: MONITOR_INTERVAL_MS,
         type_: KeyType::Long,
         default: KeyDefault::Value("1000"),
-        documentation: "how often the connector's `tick()` runs",
+        documentation: "how often the connector's `tick()` runs (the first tick is at start)",
     },
     HostKey {
         name: OFFSET_FLUSH_INTERVAL_MS,

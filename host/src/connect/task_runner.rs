@@ -175,8 +175,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             board.set_task(&spec.namespace, spec.task, State::Running, None, id);
             continue;
         }
-        let poll_started = Instant::now();
-        let polling = unless_stopped(instance.poll(), stop);
+        // Timed by itself: the delivery running beside it is not poll time.
+        let polling = unless_stopped(
+            async {
+                let poll_started = Instant::now();
+                (instance.poll().await, poll_started.elapsed())
+            },
+            stop,
+        );
         let polled = match in_flight.take() {
             None => polling.await,
             Some(delivery) => {
@@ -191,7 +197,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 polled
             }
         };
-        let Some(polled) = polled else {
+        let Some((polled, poll_time)) = polled else {
             // Still polling at the stop deadline: abandoned. Nothing of it was delivered,
             // so nothing is lost; the instance is not called again.
             return Outcome::Stopped;
@@ -206,7 +212,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             Ok(Ok(records)) => records,
         };
         TaskCounters::add(&counters.polls, 1);
-        TaskCounters::time(&counters.poll_nanos, poll_started.elapsed());
+        TaskCounters::time(&counters.poll_nanos, poll_time);
         TaskCounters::add(&counters.polled, records.len() as u64);
         if records.is_empty() {
             if unsettled {
