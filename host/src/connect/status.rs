@@ -99,15 +99,9 @@ impl StatusBoard {
 
     /// Records the fuel and memory a task's instance has used (no log line: they change
     /// all the time).
-    /// Records a task's fuel and memory; stored only when they changed, so idle tasks
-    /// (thousands of them in a worker) write nothing.
+    /// Records a task's fuel and memory (the task runner reports them only when they
+    /// changed, so idle tasks write nothing).
     pub fn set_task_usage(&self, ns: &Namespace, task: u32, fuel_used: Option<u64>, memory_bytes: u64) {
-        let unchanged = self.statuses.lock().unwrap().get(ns).is_some_and(|s| {
-            s.tasks.iter().any(|t| t.id == task && t.fuel_used == fuel_used && t.memory_bytes == memory_bytes)
-        });
-        if unchanged {
-            return;
-        }
         self.update(ns, |s| {
             if let Some(t) = s.tasks.iter_mut().find(|t| t.id == task) {
                 t.fuel_used = fuel_used;

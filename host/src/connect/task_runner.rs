@@ -142,27 +142,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     // a partition's offsets still commit in order; settled before anything else happens
     // (commit, pause, flush, recycle, stop).
     let mut in_flight: Option<std::pin::Pin<Box<dyn Future<Output = Delivery> + Send + '_>>> = None;
-    macro_rules! settle {
-        () => {
-            settle!(|delivered| unsettled |= delivered)
-        };
-        // Before stopping or recycling: `stop_instance` settles the destination anyway.
-        (before_stop) => {
-            settle!(|_| ())
-        };
-        (|$delivered:pat_param| $then:expr) => {
-            if let Some(delivery) = in_flight.take() {
-                match delivery.await {
-                    Delivery::Done { delivered: $delivered } => $then,
-                    Delivery::Abandoned => return Outcome::Stopped,
-                    Delivery::Failed(trace) => return failed(trace, id),
-                }
-            }
-        };
-    }
     while stop.borrow().is_none() {
         if *paused.borrow_and_update() {
-            settle!();
+            if let Some(delivery) = in_flight.take() {
+                match delivery.await.settle(id) {
+                    Ok(delivered) => unsettled |= delivered,
+                    Err(outcome) => return outcome,
+                }
+            }
             // Everything delivered is committed: tell the task, and wait to be resumed.
             if let Some(outcome) = commit(&mut instance, &destination, spec, id, None).await {
                 return outcome;
@@ -187,12 +174,11 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             None => polling.await,
             Some(delivery) => {
                 let (polled, delivered) = tokio::join!(polling, delivery);
-                match delivered {
-                    Delivery::Done { delivered } => unsettled |= delivered,
+                match delivered.settle(id) {
+                    Ok(delivered) => unsettled |= delivered,
                     // Whatever the poll returned is dropped undelivered: nothing of it is
                     // committed, so a restart polls it again.
-                    Delivery::Abandoned => return Outcome::Stopped,
-                    Delivery::Failed(trace) => return failed(trace, id),
+                    Err(outcome) => return outcome,
                 }
                 polled
             }
@@ -258,7 +244,12 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             }
         }
         if recycle_at.is_some_and(|limit| instance.largest_memory() >= limit) {
-            settle!(before_stop);
+            // `stop_instance` settles the destination itself.
+            if let Some(delivery) = in_flight.take()
+                && let Err(outcome) = delivery.await.settle(id)
+            {
+                return outcome;
+            }
             // Everything delivered is committed; a fresh sandbox resumes from there.
             tracing::info!(
                 connector = %connector,
@@ -274,14 +265,23 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             };
         }
         if last_commit.elapsed() >= spec.settings.offset_flush_interval {
-            settle!();
+            if let Some(delivery) = in_flight.take() {
+                match delivery.await.settle(id) {
+                    Ok(delivered) => unsettled |= delivered,
+                    Err(outcome) => return outcome,
+                }
+            }
             last_commit = Instant::now();
             if let Some(outcome) = commit(&mut instance, &destination, spec, id, None).await {
                 return outcome;
             }
         }
     }
-    settle!(before_stop);
+    if let Some(delivery) = in_flight.take()
+        && let Err(outcome) = delivery.await.settle(id)
+    {
+        return outcome;
+    }
     let deadline = stopped(stop).await;
     stop_instance(&mut instance, &destination, spec, id, deadline).await
 }
@@ -296,6 +296,17 @@ enum Delivery {
     /// Still not taken by the stop deadline: nothing of it was committed.
     Abandoned,
     Failed(String),
+}
+
+impl Delivery {
+    /// Whether the batch was delivered, or how the task instance ends.
+    fn settle(self, instance: u64) -> Result<bool, Outcome> {
+        match self {
+            Delivery::Done { delivered } => Ok(delivered),
+            Delivery::Abandoned => Err(Outcome::Stopped),
+            Delivery::Failed(trace) => Err(Outcome::Failed { trace, instance }),
+        }
+    }
 }
 
 /// Delivers one checked batch with the offsets it advances: retried while the destination

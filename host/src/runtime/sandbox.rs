@@ -181,7 +181,7 @@ impl Runtime {
         let deadline = begin(&mut store, "instantiate", sandbox.timeouts.lifecycle, None);
         let instantiating = pre.instantiate_async(&mut store);
         let bindings = match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), instantiating).await {
-            Ok(Err(e)) if format!("{e:#}").contains("maximum concurrent limit") => {
+            Ok(Err(e)) if e.chain().any(|cause| cause.is::<wasmtime::PoolConcurrencyLimitError>()) => {
                 return Err(CallError::Setup(format!(
                     "the worker already holds its most sandboxes at once ({}, each connector and task is one); \
                      raise `max_instances` under [sandbox] in sluice.toml (wasmtime: {e:#})",
