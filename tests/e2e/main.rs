@@ -3,6 +3,7 @@
 //! `sluice new connector` templates built and run).
 
 mod cli;
+mod console;
 mod crash;
 #[path = "../support/languages.rs"]
 mod expected;

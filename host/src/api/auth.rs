@@ -37,7 +37,7 @@ const PUBLIC_PATHS: &[&str] = &["/openapi.json"];
 
 /// Decides the caller of every request (401 when a token is needed and missing or wrong).
 pub async fn authenticate(State(state): State<Arc<ApiState>>, mut request: Request, next: Next) -> Response {
-    let caller = if PUBLIC_PATHS.contains(&request.uri().path()) {
+    let caller = if PUBLIC_PATHS.contains(&request.uri().path()) || super::console::is_console_request(&request) {
         Ok(Caller::Open)
     } else {
         caller_of(state.worker(), request.headers())

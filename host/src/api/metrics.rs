@@ -68,10 +68,13 @@ fn escape(value: &str) -> String {
 const STATES: [State; 6] =
     [State::Unassigned, State::Running, State::Paused, State::Stopped, State::Failed, State::Restarting];
 
-/// The text of `GET /metrics`.
-pub async fn render(herder: &Herder) -> String {
+/// The text of `GET /metrics`: every tenant's series, or one tenant's only.
+pub async fn render(herder: &Herder, tenant: Option<&str>) -> String {
     let mut families = Families::default();
-    let statuses = herder.statuses();
+    let mut statuses = herder.statuses();
+    if let Some(tenant) = tenant {
+        statuses.retain(|(ns, _)| ns.tenant == tenant);
+    }
     let metrics: BTreeMap<_, _> = herder.all_metrics().await.into_iter().collect();
     let tasks: usize = statuses.iter().map(|(_, s)| s.tasks.len()).sum();
     families.gauge(

@@ -1,7 +1,8 @@
 //! The api layer: Kafka Connect's REST API over the herder, as `sluice serve` (and `sluice
 //! run --listen`) serve it. Same paths, methods, status codes and JSON shapes as Connect
 //! 3.x/4.x ([`connectors`], [`plugins`]), tokens deciding the tenant ([`auth`]), Prometheus
-//! metrics ([`metrics`]) and an OpenAPI document of every route ([`openapi`]).
+//! metrics ([`metrics`]), an OpenAPI document of every route ([`openapi`]) and the web
+//! console that browsers get at `/` ([`console`]).
 //!
 //! Liberal in what it takes, as Connect is: a trailing slash on any path, booleans in any
 //! case, bodies read as JSON whatever their content type. Every error, the framework's own
@@ -12,6 +13,7 @@
 
 pub mod auth;
 mod connectors;
+pub mod console;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
@@ -98,6 +100,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
     for (_, path, handler) in routes() {
         router = router.route(path, handler);
     }
+    router = router.route(console::PATH, get(console::index_route)).route("/console/{file}", get(console::asset));
     router
         .fallback(|| async {
             ApiError::not_found("HTTP 404 Not Found: no such path in this API (GET /openapi.json lists them)")
@@ -153,22 +156,23 @@ async fn json_errors(response: Response) -> Response {
     converted
 }
 
-/// `GET /`: the worker's version, the commit it was built from, and the cluster id.
-async fn root(State(state): State<Shared>) -> Json<Value> {
+/// `GET /`: the worker's version, the commit it was built from, and the cluster id; a
+/// browser's navigation gets the console instead.
+async fn root(State(state): State<Shared>, headers: axum::http::HeaderMap) -> Response {
+    if console::wants_html(&headers) {
+        return console::index();
+    }
     Json(json!({ "version": env!("CARGO_PKG_VERSION"), "commit": COMMIT, "kafka_cluster_id": state.cluster_id }))
+        .into_response()
 }
 
-/// `GET /metrics`: the operator's only, when the worker has tenants.
-async fn metrics_text(State(state): State<Shared>, Extension(caller): Extension<Caller>) -> Result<Response, ApiError> {
-    if state.worker().has_tenants() && !caller.is_operator() {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "GET /metrics needs the operator's token ([operator] token_sha256 in sluice.toml)",
-        ));
-    }
-    let text = metrics::render(&state.herder).await;
+/// `GET /metrics`: a tenant gets its own connectors' series only (the console charts them),
+/// the operator every tenant's.
+async fn metrics_text(Extension(caller): Extension<Caller>, State(state): State<Shared>) -> Response {
+    let tenant = if caller.is_operator() { None } else { caller.tenant() };
+    let text = metrics::render(&state.herder, tenant).await;
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
-    Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
+    ([(header::CONTENT_TYPE, content_type)], text).into_response()
 }
 
 async fn openapi_json() -> Json<Value> {

@@ -156,8 +156,12 @@ fn tenants_see_and_touch_only_their_own_connectors() {
     // The tenant's config does not show the tenant key; the operator's does.
     assert!(server.call("GET", "/connectors/second/config", Some(ACME), None).json().get("tenant").is_none());
 
-    // Metrics are the operator's.
-    server.call("GET", "/metrics", Some(ACME), None).assert_error(403);
+    // A tenant's metrics are its own connectors' series; the operator's are every tenant's.
+    let own = server.call("GET", "/metrics", Some(ACME), None);
+    assert_eq!(own.status, 200);
+    assert!(own.body.contains(r#"tenant="acme",connector="files""#), "{}", own.body);
+    assert!(!own.body.contains(r#"tenant="globex""#), "a tenant reads another's metrics: {}", own.body);
+    assert!(own.body.contains("sluice_connector_count 2\n"), "{}", own.body);
     let metrics = server.call("GET", "/metrics", Some(OPERATOR), None);
     assert_eq!(metrics.status, 200);
     assert!(metrics.body.contains(r#"tenant="globex",connector="g-only""#), "{}", metrics.body);
