@@ -67,7 +67,48 @@ async fn compiled_components_are_cached_by_content() {
     std::fs::write(&file, &bytes).unwrap();
     let changed = load(dir.path(), cache.path()).await;
     assert!(!changed.get("counter").unwrap().from_cache, "a changed plugin must be recompiled");
-    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 2, "one cache entry per content");
+    let entries = |suffix: &str| {
+        std::fs::read_dir(cache.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(suffix))
+            .count()
+    };
+    assert_eq!((entries(".cwasm"), entries(".meta.json")), (2, 2), "one cache entry per content");
+}
+
+/// A cached plugin is loaded without an instance: its version and keys come from the
+/// metadata saved beside the compiled code (what a loaded plugin reports is what that file
+/// says, proven here by editing it), and unreadable metadata is asked of the plugin again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_plugins_load_without_being_instantiated() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::copy(plugin_file("counter"), dir.path().join("counter.wasm")).unwrap();
+    let first = load(dir.path(), cache.path()).await;
+    let counter = first.get("counter").unwrap();
+    let metadata = std::fs::read_dir(cache.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".meta.json"))
+        .expect("metadata beside the compiled plugin");
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&metadata).unwrap()).unwrap();
+    assert_eq!(saved["version"], counter.version.as_str());
+    assert_eq!(saved["config_def"].as_array().unwrap().len(), counter.config_def.len());
+
+    let mut edited = saved.clone();
+    edited["version"] = "9.9.9-from-the-cache".into();
+    std::fs::write(&metadata, edited.to_string()).unwrap();
+    let second = load(dir.path(), cache.path()).await;
+    let cached = second.get("counter").unwrap();
+    assert!(cached.from_cache);
+    assert_eq!(cached.version, "9.9.9-from-the-cache", "the plugin was asked again instead of the cache");
+    assert_eq!(cached.config_def, counter.config_def);
+
+    std::fs::write(&metadata, b"{ not json").unwrap();
+    let third = load(dir.path(), cache.path()).await;
+    assert_eq!(third.get("counter").unwrap().version, counter.version, "bad metadata: asked the plugin again");
+    let rewritten: serde_json::Value = serde_json::from_slice(&std::fs::read(&metadata).unwrap()).unwrap();
+    assert_eq!(rewritten, saved, "and saved again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

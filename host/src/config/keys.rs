@@ -272,12 +272,12 @@ fn default_value(name: &str) -> &'static str {
 
 /// One config key in Kafka Connect's words, as `sluice plugins --json` and the REST API
 /// report both the host's keys and a plugin's `config-def`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ConfigKeyInfo {
     pub name: String,
     #[serde(rename = "type")]
     pub type_name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_value: Option<String>,
     pub required: bool,
     pub importance: String,

@@ -1,7 +1,9 @@
 //! The plugin folder (`plugin.path`): finds `*.wasm` files, checks each is a component
 //! that targets the `source-connector` world, compiles it once and caches the compiled
-//! artifact on disk, keyed by content hash and engine compatibility. A bad file is
-//! reported with its name and the reason and never stops the others loading.
+//! artifact on disk, keyed by content hash and engine compatibility, with what the plugin
+//! said about itself (`version`, `config-def`) beside it, so a cached plugin loads without
+//! being instantiated. A bad file is reported with its name and the reason and never stops
+//! the others loading.
 //!
 //! The folder is live: [`Registry::refresh`] loads files added or changed since the last
 //! look (a file still being copied fails and is tried again when it changes) and forgets
@@ -15,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
@@ -279,9 +281,16 @@ pub async fn inspect(
             .into());
     }
     let started = Instant::now();
-    let (component, from_cache) = match cache_dir {
-        Some(cache_dir) => compile_cached(runtime, bytes, cache_dir)?,
-        None => (Component::new(&runtime.engine, bytes).map_err(|e| format!("not a valid component: {e:#}"))?, false),
+    let (component, from_cache, metadata_path) = match cache_dir {
+        Some(cache_dir) => {
+            let (component, from_cache, path) = compile_cached(runtime, &name, bytes, cache_dir)?;
+            (component, from_cache, Some(path.with_extension("meta.json")))
+        }
+        None => {
+            let component =
+                Component::new(&runtime.engine, bytes).map_err(|e| format!("not a valid component: {e:#}"))?;
+            (component, false, None)
+        }
     };
     let compile_time = started.elapsed();
     let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
@@ -292,6 +301,10 @@ pub async fn inspect(
     let pre = SourceConnectorPre::new(instance_pre).map_err(|e| {
         format!("does not export the source-connector world (sluice:connector/connector and sluice:connector/task @0.1.0): {e:#}")
     })?;
+    let cached = metadata_path.as_deref().filter(|_| from_cache).and_then(Metadata::read);
+    if let Some(Metadata { version, config_def }) = cached {
+        return Ok(Plugin { name, file: file.to_path_buf(), version, config_def, from_cache, compile_time, pre });
+    }
     let context = InstanceContext {
         namespace: Namespace::new("", ""),
         task: None,
@@ -303,16 +316,34 @@ pub async fn inspect(
         .await
         .map_err(|e| format!("cannot be instantiated: {e}"))?;
     let version = instance.version().await.map_err(|e| format!("version() failed: {e}"))?;
-    let config_def = instance.config_def().await.map_err(|e| format!("config-def() failed: {e}"))?;
-    Ok(Plugin {
-        name,
-        file: file.to_path_buf(),
-        version,
-        config_def: config_def.into_iter().map(ConfigKeyInfo::from).collect(),
-        from_cache,
-        compile_time,
-        pre,
-    })
+    let config_def: Vec<ConfigKeyInfo> = instance
+        .config_def()
+        .await
+        .map_err(|e| format!("config-def() failed: {e}"))?
+        .into_iter()
+        .map(ConfigKeyInfo::from)
+        .collect();
+    if let Some(path) = &metadata_path {
+        let metadata = Metadata { version: version.clone(), config_def: config_def.clone() };
+        if let Err(e) = write_atomically(path, &serde_json::to_vec(&metadata).expect("metadata serializes")) {
+            tracing::warn!("cannot cache plugin metadata at {}: {e:#}", path.display());
+        }
+    }
+    Ok(Plugin { name, file: file.to_path_buf(), version, config_def, from_cache, compile_time, pre })
+}
+
+/// What a plugin says about itself, cached beside its compiled code (same content and
+/// engine key), so that loading it again needs no instance and no call into it.
+#[derive(Serialize, Deserialize)]
+struct Metadata {
+    version: String,
+    config_def: Vec<ConfigKeyInfo>,
+}
+
+impl Metadata {
+    fn read(path: &Path) -> Option<Metadata> {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    }
 }
 
 /// `<cache>/<sha256 of the file>-<engine compatibility>.cwasm`
@@ -325,23 +356,34 @@ fn cache_path(runtime: &Runtime, bytes: &[u8], cache_dir: &Path) -> PathBuf {
     cache_dir.join(format!("{hex}-{:016x}.cwasm", engine.finish()))
 }
 
-fn compile_cached(runtime: &Runtime, bytes: &[u8], cache_dir: &Path) -> Result<(Component, bool), String> {
+/// The compiled component, whether it came from the cache, and its path there.
+fn compile_cached(
+    runtime: &Runtime,
+    name: &str,
+    bytes: &[u8],
+    cache_dir: &Path,
+) -> Result<(Component, bool, PathBuf), String> {
     let path = cache_path(runtime, bytes, cache_dir);
     if path.exists() {
         // SAFETY: the cache directory is written only by this function, from components
         // this engine compiled; a file that fails wasmtime's header checks is recompiled.
         match unsafe { Component::deserialize_file(&runtime.engine, &path) } {
-            Ok(component) => return Ok((component, true)),
+            Ok(component) => return Ok((component, true, path)),
             Err(e) => tracing::warn!("ignoring unusable compiled cache entry {}: {e:#}", path.display()),
         }
     }
+    // Compiling a large (Python, JavaScript) component takes seconds: say so before.
+    tracing::info!(
+        "compiling plugin {name} ({:.1} MB); later starts load it from the compile cache",
+        bytes.len() as f64 / 1e6
+    );
     let compiled = runtime.engine.precompile_component(bytes).map_err(|e| format!("not a valid component: {e:#}"))?;
     if let Err(e) = write_atomically(&path, &compiled) {
         tracing::warn!("cannot cache compiled plugin at {}: {e:#}", path.display());
     }
     // SAFETY: `compiled` was produced by this engine a moment ago.
     let component = unsafe { Component::deserialize(&runtime.engine, &compiled) }.map_err(|e| format!("{e:#}"))?;
-    Ok((component, false))
+    Ok((component, false, path))
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
