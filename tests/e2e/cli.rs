@@ -55,20 +55,32 @@ fn plugins_lists_loaded_and_rejected_files() {
     std::fs::copy(format!("{}/counter.wasm", sluice::BUILT_PLUGINS), dir.path().join("counter.wasm")).unwrap();
     std::fs::write(dir.path().join("broken.wasm"), b"nope").unwrap();
     let data = dir.path().join("data");
-    let output = run(&[
-        "plugins",
-        "--json",
-        "--plugin-path",
-        dir.path().to_str().unwrap(),
-        "--data-dir",
-        data.to_str().unwrap(),
-    ]);
+    let plugins_json = || {
+        let args = ["plugins", "--json", "--plugin-path", dir.path().to_str().unwrap(), "--data-dir"];
+        sluice().args(args).arg(&data).env("SLUICE_LOG", "info").output().unwrap()
+    };
+    let output = plugins_json();
     assert_eq!(output.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("compiling plugin counter ("), "a compile is announced: {said}");
+    let again = plugins_json();
+    assert!(!String::from_utf8_lossy(&again.stderr).contains("compiling"), "the second run compiles nothing");
+    assert_eq!(again.stdout, output.stdout, "and lists the same, from the cache");
     let listing: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(listing["plugins"][0]["name"], "counter");
     assert_eq!(listing["plugins"][0]["config"][0]["name"], "topic");
     assert!(listing["rejected"][0]["file"].as_str().unwrap().ends_with("broken.wasm"));
     assert!(listing["rejected"][0]["reason"].as_str().unwrap().contains("not a WebAssembly file"));
+
+    // Without --json: each plugin with its keys (type, default or required, documentation).
+    let output = run(&["plugins", "--plugin-path", dir.path().to_str().unwrap(), "--data-dir", data.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0));
+    let text = String::from_utf8(output.stdout).unwrap();
+    let topic = text.lines().find(|l| l.trim_start().starts_with("topic ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(topic.contains("STRING") && topic.contains("required") && topic.contains("Destination topic."), "{topic}");
+    let count = text.lines().find(|l| l.trim_start().starts_with("record.count ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(count.contains("default \"0\""), "{count}");
+    assert!(text.contains("rejected ") && text.contains("broken.wasm"), "{text}");
 }
 
 #[test]

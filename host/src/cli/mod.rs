@@ -562,10 +562,18 @@ async fn list_plugins(plugin_path: &Path, data_dir: &DataDir, json: bool) -> any
         println!("{:<20} {:<16} FILE", "NAME", "VERSION");
         for plugin in registry.plugins() {
             println!("{:<20} {:<16} {}", plugin.name, plugin.version, plugin.file.display());
+            for key in &plugin.config_def {
+                let default = match &key.default_value {
+                    Some(value) => format!("default {value:?}"),
+                    None => "required".into(),
+                };
+                println!("    {:<34} {:<9} {:<18} {}", key.name, key.type_name, default, key.documentation);
+            }
         }
         for rejected in registry.rejected() {
             println!("rejected {}: {}", rejected.file.display(), rejected.reason);
         }
+        println!("(every connector also takes the host's keys: `sluice plugins --json` lists them as host_config)");
     }
     Ok(ExitCode::SUCCESS)
 }
