@@ -86,6 +86,19 @@ hostile_test!(
     Expect::TaskFailed(&["trap in poll", "out of bounds memory access", "recurse"])
 );
 hostile_test!(trap_unreachable, "trap", &[], Expect::TaskFailed(&["trap in poll", "unreachable"]));
+
+/// What the plugin wrote to stderr in the call that trapped leads the trace: here Rust's
+/// panic message, before the trap and its wasm backtrace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_message_leads_the_trace() {
+    let extra = [("hostile.panic.cause", "the input ended early")];
+    let expect = Expect::TaskFailed(&["hostile panic: the input ended early", "trap in poll", "unreachable"]);
+    let host = attack("panic", &extra, expect).await;
+    let trace = host.status("attacker").unwrap().tasks[0].trace.clone().unwrap();
+    assert!(trace.starts_with("thread '"), "Rust's panic line first: {trace}");
+    let (cause, trap) = (trace.find("the input ended early").unwrap(), trace.find("trap in poll").unwrap());
+    assert!(cause < trap, "the panic message before the trap: {trace}");
+}
 hostile_test!(
     record_over_the_cap,
     "big-record",

@@ -2,8 +2,13 @@
 //! tagged with tenant and source (connector or connector/task) and rate-limited per
 //! instance (`sandbox.log.lines.per.second`, with a burst of as many again): excess
 //! lines are dropped and counted, and the count is logged when lines flow again.
+//!
+//! The last lines a plugin wrote to stderr during its current call are also kept (rate
+//! limit or not), so that when the call traps, its trace can lead with the plugin's own
+//! words: a Python traceback, a JavaScript exception, a Rust panic message.
 
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -47,7 +52,18 @@ pub struct PluginLog {
     tenant: Arc<str>,
     source: Arc<str>,
     bucket: Arc<Mutex<Bucket>>,
+    stderr_tail: Arc<Mutex<StderrTail>>,
 }
+
+/// The last stderr lines of the current call, escaped, at most this many lines and bytes.
+#[derive(Default)]
+struct StderrTail {
+    lines: VecDeque<String>,
+    bytes: usize,
+}
+
+const TAIL_LINES: usize = 40;
+const TAIL_BYTES: usize = 8 << 10;
 
 impl PluginLog {
     pub fn new(tenant: &str, source: &str, lines_per_second: u32) -> PluginLog {
@@ -56,6 +72,41 @@ impl PluginLog {
             tenant: tenant.into(),
             source: source.into(),
             bucket: Arc::new(Mutex::new(Bucket { rate: TokenBucket::new(per_second, 2.0 * per_second), dropped: 0 })),
+            stderr_tail: Arc::default(),
+        }
+    }
+
+    /// Forgets the stderr lines of the previous call (a call is starting).
+    pub fn clear_stderr_tail(&self) {
+        *self.stderr_tail.lock().unwrap() = StderrTail::default();
+    }
+
+    /// What the plugin wrote to stderr during this call, for a trace: its first line as
+    /// is, the others indented, so no line of it can pass for a line of the host's log.
+    pub fn take_stderr_tail(&self) -> Option<String> {
+        let tail = std::mem::take(&mut *self.stderr_tail.lock().unwrap());
+        let mut lines: Vec<String> = tail.lines.into();
+        while lines.last().is_some_and(|l| l.trim().is_empty()) {
+            lines.pop();
+        }
+        let first = lines.iter().position(|l| !l.trim().is_empty())?;
+        let mut text = lines[first].clone();
+        for line in &lines[first + 1..] {
+            text.push_str("\n  ");
+            text.push_str(line);
+        }
+        Some(text)
+    }
+
+    fn remember_stderr(&self, line: &str) {
+        let mut line = escape_controls(line).into_owned();
+        super::sandbox::cut_at_char_boundary(&mut line, TAIL_BYTES);
+        let mut tail = self.stderr_tail.lock().unwrap();
+        tail.bytes += line.len();
+        tail.lines.push_back(line);
+        while tail.lines.len() > TAIL_LINES || tail.bytes > TAIL_BYTES {
+            let Some(dropped) = tail.lines.pop_front() else { break };
+            tail.bytes -= dropped.len();
         }
     }
 
@@ -92,9 +143,14 @@ impl PluginLog {
         }
     }
 
-    /// A WASI stdout or stderr whose lines go to this log.
-    pub fn stream(&self, level: Level) -> PluginOutput {
-        PluginOutput { log: self.clone(), level }
+    /// A WASI stdout whose lines go to this log.
+    pub fn stdout(&self) -> PluginOutput {
+        PluginOutput { log: self.clone(), level: Level::Info, is_stderr: false }
+    }
+
+    /// A WASI stderr whose lines go to this log, and to the call's stderr tail.
+    pub fn stderr(&self) -> PluginOutput {
+        PluginOutput { log: self.clone(), level: Level::Warn, is_stderr: true }
     }
 }
 
@@ -102,6 +158,7 @@ impl PluginLog {
 pub struct PluginOutput {
     log: PluginLog,
     level: Level,
+    is_stderr: bool,
 }
 
 impl IsTerminal for PluginOutput {
@@ -112,7 +169,7 @@ impl IsTerminal for PluginOutput {
 
 impl StdoutStream for PluginOutput {
     fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(LineWriter { log: self.log.clone(), level: self.level, line: Vec::new() })
+        Box::new(LineWriter { log: self.log.clone(), level: self.level, is_stderr: self.is_stderr, line: Vec::new() })
     }
 }
 
@@ -122,6 +179,7 @@ const MAX_LINE: usize = 16 << 10;
 struct LineWriter {
     log: PluginLog,
     level: Level,
+    is_stderr: bool,
     line: Vec<u8>,
 }
 
@@ -142,7 +200,11 @@ impl LineWriter {
 
     fn flush_line(&mut self) {
         let line = std::mem::take(&mut self.line);
-        self.log.emit(self.level, &String::from_utf8_lossy(&line));
+        let line = String::from_utf8_lossy(&line);
+        if self.is_stderr {
+            self.log.remember_stderr(&line);
+        }
+        self.log.emit(self.level, &line);
     }
 }
 
@@ -190,10 +252,29 @@ mod tests {
     #[test]
     fn output_is_split_into_lines_and_long_lines_are_cut() {
         let log = PluginLog::new("t", "c", 1000);
-        let mut writer = LineWriter { log: log.clone(), level: Level::Info, line: Vec::new() };
+        let mut writer = LineWriter { log: log.clone(), level: Level::Info, is_stderr: false, line: Vec::new() };
         writer.write_bytes(b"one\ntw");
         assert_eq!(writer.line, b"tw");
         writer.write_bytes(&vec![b'x'; MAX_LINE * 2]);
         assert_eq!(writer.line.len(), MAX_LINE);
+    }
+
+    #[test]
+    fn a_calls_stderr_is_kept_for_its_trace_and_cannot_forge_log_lines() {
+        let log = PluginLog::new("t", "c", 1);
+        let mut stderr = LineWriter { log: log.clone(), level: Level::Warn, is_stderr: true, line: Vec::new() };
+        stderr.write_bytes(b"from an earlier call\n");
+        log.clear_stderr_tail();
+        stderr.write_bytes(b"\nTraceback (most recent call last):\n  File \"app.py\"\nERROR sluice: forged\x1b[0m\n\n");
+        assert_eq!(
+            log.take_stderr_tail().unwrap(),
+            "Traceback (most recent call last):\n    File \"app.py\"\n  ERROR sluice: forged\\u{1b}[0m"
+        );
+        assert_eq!(log.take_stderr_tail(), None, "taken once");
+        for n in 0..100 {
+            stderr.write_bytes(format!("line {n}\n").as_bytes());
+        }
+        let tail = log.take_stderr_tail().unwrap();
+        assert!(tail.starts_with("line 60\n") && tail.ends_with("line 99"), "the last {TAIL_LINES} lines: {tail}");
     }
 }

@@ -128,11 +128,7 @@ impl Runtime {
         };
         let log = PluginLog::new(&context.namespace.tenant, &source, sandbox.log_lines_per_second);
         let mut wasi = WasiCtxBuilder::new();
-        wasi.allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .stdout(log.stream(log::Level::Info))
-            .stderr(log.stream(log::Level::Warn));
+        wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).stdout(log.stdout()).stderr(log.stderr());
         for dir in &sandbox.fs_write {
             wasi.preopened_dir(dir, dir.to_string_lossy(), FsPerms::ReadWrite)
                 .map_err(|e| CallError::Setup(format!("cannot grant {}: {e:#}", dir.display())))?;
@@ -385,8 +381,9 @@ pub enum CallError {
     /// "exceeded memory cap of 64 MiB"
     #[error("{0}")]
     MemoryCap(String),
-    #[error("trap in {call}: {detail}")]
-    Trap { call: &'static str, detail: String },
+    /// Led by what the plugin wrote to stderr during the call, when it wrote anything.
+    #[error("{}trap in {call}: {detail}", .guest_stderr.as_ref().map(|text| format!("{text}\n")).unwrap_or_default())]
+    Trap { call: &'static str, detail: String, guest_stderr: Option<String> },
     /// "poll used all of its sandbox.fuel.per.call (1000000)"
     #[error("{0}")]
     Fuel(String),
@@ -414,6 +411,7 @@ fn begin(store: &mut Store<HostState>, name: &'static str, timeout: Duration, st
     let timeout = deadline.saturating_duration_since(started);
     state.call = Some(ActiveCall { name, started, deadline, timeout });
     state.deadline_hit = None;
+    state.log.clear_stderr_tail();
     if let Some(fuel) = &mut state.fuel {
         fuel.budget = fuel.per_call.unwrap_or(u64::MAX / 2);
         let budget = fuel.budget;
@@ -464,9 +462,9 @@ fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Resul
                     "passed more data between the plugin and the host in one call than its memory cap of {} allows (sandbox.memory.max.bytes)",
                     human_bytes(state.memory_cap)
                 );
-                Err(CallError::Trap { call, detail })
+                Err(CallError::Trap { call, detail, guest_stderr: None })
             } else {
-                Err(CallError::Trap { call, detail: describe_trap(&error) })
+                Err(CallError::Trap { call, detail: describe_trap(&error), guest_stderr: state.log.take_stderr_tail() })
             }
         }
     }

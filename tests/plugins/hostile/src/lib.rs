@@ -3,7 +3,7 @@
 //! hurt. `hostile.target` is a path for the filesystem attacks.
 //!
 //! Attacks: `loop-in-poll`, `loop-in-tick`, `loop-in-start`, `grow-memory`, `huge-alloc`,
-//! `recursion`, `trap`, `big-record`, `many-big-records`, `million-records`, `escape` (opens
+//! `recursion`, `trap`, `panic` (a Rust panic naming `hostile.panic.cause`), `big-record`, `many-big-records`, `million-records`, `escape` (opens
 //! `hostile.target` and reports what happened as a record), `raise-error-flood`,
 //! `log-flood`, `print-flood`, `busy` (spins `hostile.busy.ms` per poll, for the fairness
 //! benchmark), `partition-not-object`, `offset-nested`,
@@ -192,6 +192,7 @@ impl TaskGuest for Hostile {
             }
             "recursion" => ok(&recurse(0).to_string()),
             "trap" => core::arch::wasm32::unreachable(),
+            "panic" => panic!("hostile panic: {}", get("hostile.panic.cause")),
             "big-record" => Ok(vec![record(r#"{"p":0}"#, r#"{"n":0}"#, "hostile", vec![b'x'; 3 << 20])]),
             "many-big-records" => Ok((0..20)
                 .map(|n| record(r#"{"p":0}"#, &format!(r#"{{"n":{n}}}"#), "t", vec![b'x'; 1 << 20]))
