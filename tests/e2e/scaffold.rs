@@ -1,6 +1,8 @@
 //! `sluice new connector NAME --lang rust|python|js`: each template is created by the
-//! binary, built with the steps it prints, and run by `sluice run`; a second run with a
-//! larger `record.count` must resume after the committed offset.
+//! binary, copied elsewhere (the Rust project carries its own copy of the SDK), built with
+//! the steps it prints, and run by `sluice run`; a second run with three tasks instead of
+//! one and a larger `record.count` must resume every stream after its committed offset:
+//! every record exactly once, although the streams moved between tasks.
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -45,35 +47,78 @@ fn values(data: &Path, topic: &str) -> Vec<String> {
     records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap()).unwrap()).collect()
 }
 
+/// The templates' default streams.
+const STREAMS: [&str; 4] = ["north", "south", "east", "west"];
+
+/// Every stream's messages 0..count, sorted.
 fn expected(count: u64) -> Vec<String> {
-    (0..count).map(|n| format!(r#"{{"task":0,"n":{n},"message":"hello"}}"#)).collect()
+    let mut all: Vec<String> = STREAMS
+        .iter()
+        .flat_map(|stream| (0..count).map(move |n| format!(r#"{{"stream":"{stream}","n":{n},"message":"hello"}}"#)))
+        .collect();
+    all.sort();
+    all
 }
 
-/// Runs the built project until it has sent `count` records, then stops it.
+/// Runs the built project until it has sent `count` records per stream, then stops it.
 fn run_until(project: &Path, data: &Path, name: &str, count: u64) {
     let mut child = start(project, data);
-    wait_until(&format!("{name} to send {count} records"), || (values(data, name).len() as u64 >= count).then_some(()));
+    let total = count * STREAMS.len() as u64;
+    wait_until(&format!("{name} to send {total} records"), || (values(data, name).len() as u64 >= total).then_some(()));
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// Each stream's messages in the topic are 0, 1, 2, ... in order, and together exactly
+/// `expected(count)`: nothing lost, nothing sent twice.
+fn assert_exactly_once(values: &[String], count: u64, lang: &str) {
+    for stream in STREAMS {
+        let numbers: Vec<u64> = values
+            .iter()
+            .map(|v| serde_json::from_str::<serde_json::Value>(v).unwrap())
+            .filter(|v| v["stream"] == stream)
+            .map(|v| v["n"].as_u64().unwrap())
+            .collect();
+        assert!(numbers.iter().copied().eq(0..count), "{lang}: stream {stream} sent {numbers:?}");
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    assert_eq!(sorted, expected(count), "{lang}: records lost or repeated");
 }
 
 /// `prepare` readies the project for this machine and returns the printed steps to skip.
 fn build_and_run(lang: &str, prepare: impl FnOnce(&Path) -> Vec<&'static str>) {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("hello-{lang}");
+    let generated = dir.path().join("generated").join(&name);
+    let steps = scaffold(&name, lang, &generated);
+    // Built from a copy elsewhere, as a user moves a project: nothing in it may point back
+    // at where it was made or at this checkout.
     let project = dir.path().join(&name);
-    let steps = scaffold(&name, lang, &project);
+    let copied = Command::new("cp").arg("-r").arg(&generated).arg(&project).status().unwrap();
+    assert!(copied.success());
+    std::fs::remove_dir_all(dir.path().join("generated")).unwrap();
+    for file in ["Cargo.toml", "sluice-connector/Cargo.toml", "package.json"] {
+        let text = std::fs::read_to_string(project.join(file)).unwrap_or_default();
+        assert!(!text.contains(repo().to_str().unwrap()), "{file} points into the checkout: {text}");
+    }
     let skip = prepare(&project);
     build(&project, &steps.into_iter().filter(|s| !skip.contains(&s.as_str())).collect::<Vec<_>>());
     assert!(project.join(format!("{name}.wasm")).exists(), "the build made no {name}.wasm");
 
     let data = dir.path().join("data");
     run_until(&project, &data, &name, 10);
+    assert_exactly_once(&values(&data, &name), 10, lang);
+    // Run again with more tasks and more messages: the streams move to other tasks, which
+    // resume after each stream's committed offset.
     let connector = project.join("connector.json");
     let text = std::fs::read_to_string(&connector).unwrap();
-    std::fs::write(&connector, text.replace(r#""record.count": "10""#, r#""record.count": "15""#)).unwrap();
+    let resized = text.replace(r#""record.count": "10""#, r#""record.count": "15""#);
+    let resized = resized.replace(r#""tasks.max": "1""#, r#""tasks.max": "3""#);
+    assert_ne!(resized, text);
+    std::fs::write(&connector, resized).unwrap();
     run_until(&project, &data, &name, 15);
-    assert_eq!(values(&data, &name), expected(15), "{lang}: records lost or repeated across the restart");
+    assert_exactly_once(&values(&data, &name), 15, lang);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `sluice new connector NAME --lang rust|python|js`: writes a starter connector from the
 //! templates in `host/templates/` (embedded in the binary), with the WIT world, a connector
-//! file and a README whose steps build it and run it.
+//! file and a README whose steps build it and run it. A Rust project gets a copy of the
+//! Rust SDK (`plugins/sdk`, also embedded), so it builds outside this checkout.
 
 use std::path::{Path, PathBuf};
 
@@ -16,12 +17,32 @@ pub enum Lang {
 
 const WIT: &str = include_str!("../../../wit/connector.wit");
 
+/// The Rust SDK's source, written into a Rust project as `sluice-connector/`, where the WIT
+/// world sits beside it rather than two folders up.
+const SDK_LIB: &str = include_str!("../../../plugins/sdk/src/lib.rs");
+const SDK_WIT_PATH_IN_CHECKOUT: &str = r#"path: "../../wit","#;
+const SDK_WIT_PATH_IN_PROJECT: &str = r#"path: "wit","#;
+/// The workspace manifest, for the wit-bindgen release the SDK is built with here.
+const WORKSPACE_MANIFEST: &str = include_str!("../../../Cargo.toml");
+
+/// The wit-bindgen release of this checkout's workspace (`wit-bindgen = { version = "..." }`).
+fn wit_bindgen_version() -> &'static str {
+    WORKSPACE_MANIFEST
+        .lines()
+        .find_map(|line| line.strip_prefix("wit-bindgen = { version = \""))
+        .and_then(|rest| rest.split('"').next())
+        .expect("the workspace pins wit-bindgen")
+}
+
 /// (path in the new project, template text)
 fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
     match lang {
         Lang::Rust => &[
             ("Cargo.toml", include_str!("../../templates/rust/Cargo.toml")),
             ("src/lib.rs", include_str!("../../templates/rust/src/lib.rs")),
+            ("sluice-connector/Cargo.toml", include_str!("../../templates/rust/sdk.Cargo.toml")),
+            ("sluice-connector/src/lib.rs", SDK_LIB),
+            ("sluice-connector/wit/connector.wit", WIT),
         ],
         Lang::Python => &[("app.py", include_str!("../../templates/python/app.py")), ("wit/connector.wit", WIT)],
         Lang::Js => &[
@@ -42,12 +63,6 @@ pub fn build_steps(lang: Lang, name: &str) -> Vec<String> {
         Lang::Python => vec![format!("componentize-py -d wit -w source-connector componentize app -o {name}.wasm")],
         Lang::Js => vec!["npm install".into(), "npm run build".into()],
     }
-}
-
-/// The folder of the Rust SDK in the checkout this binary was built from.
-fn sdk_path() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk");
-    std::fs::canonicalize(&path).unwrap_or(path)
 }
 
 /// A plugin's name is its file name: lowercase letters, digits and `-`.
@@ -73,9 +88,12 @@ pub fn new_connector(name: &str, lang: Lang, dir: &Path) -> anyhow::Result<Vec<P
     if dir.exists() && std::fs::read_dir(dir).with_context(|| dir.display().to_string())?.next().is_some() {
         bail!("{}: the folder exists and is not empty", dir.display());
     }
-    let sdk = sdk_path();
-    let fill =
-        |text: &str| text.replace("{{name}}", name).replace("{{sdk_path}}", &sdk.to_string_lossy().replace('\\', "/"));
+    let fill = |text: &str| {
+        text.replace("{{name}}", name)
+            .replace("{{sdk_version}}", env!("CARGO_PKG_VERSION"))
+            .replace("{{wit_bindgen_version}}", wit_bindgen_version())
+            .replace(SDK_WIT_PATH_IN_CHECKOUT, SDK_WIT_PATH_IN_PROJECT)
+    };
     let connector_file = serde_json::to_string_pretty(&serde_json::json!({
         "name": name,
         "config": {"connector.class": name, "tasks.max": "1", "record.count": "10"},
@@ -84,9 +102,6 @@ pub fn new_connector(name: &str, lang: Lang, dir: &Path) -> anyhow::Result<Vec<P
         templates(lang).iter().map(|(path, text)| (path.to_string(), fill(text))).collect();
     files.push(("connector.json".into(), connector_file + "\n"));
     files.push(("README.md".into(), readme(name, lang)));
-    if lang == Lang::Rust && !sdk.exists() {
-        tracing::warn!("the Sluice SDK is not at {}: edit sluice-connector's path in Cargo.toml", sdk.display());
-    }
     let mut written = Vec::new();
     for (path, text) in files {
         let path = dir.join(path);
@@ -104,13 +119,22 @@ fn readme(name: &str, lang: Lang) -> String {
         Lang::Js => ("JavaScript", "Node.js 20 or later (npm installs componentize-js)"),
     };
     let build = build_steps(lang, name).iter().map(|s| format!("{s}\n")).collect::<String>();
+    let sdk = match lang {
+        Lang::Rust => {
+            "\n`sluice-connector/` is a copy of the Sluice SDK for Rust with the WIT world it targets \
+             (`sluice-connector/wit/`); a newer `sluice new connector` writes a newer one.\n"
+        }
+        Lang::Python | Lang::Js => "",
+    };
     format!(
-        "# {name}\n\nA Sluice source connector in {language}, made by `sluice new connector`. Each task sends \
-         `record.count` numbered messages to `topic` and resumes after its committed offset when restarted.\n\n\
+        "# {name}\n\nA Sluice source connector in {language}, made by `sluice new connector`. It shares `streams` \
+         among its tasks and sends `record.count` numbered messages per stream to `topic`. Each record's source \
+         partition names its stream (not the task), so a restart, or a new `tasks.max` that moves streams between \
+         tasks, resumes every stream after its committed offset.\n\n\
          ## Build\n\nNeeds {needs}.\n\n```sh\n{build}```\n\n\
          ## Run\n\n`sluice` loads every `<name>.wasm` in its plugin folder; this folder will do:\n\n\
          ```sh\nsluice run --plugin-path . connector.json    # Ctrl-C to stop\nsluice topics read {name}\n```\n\n\
-         See Sluice's `docs/writing-connectors.md` for the world's imports and exports.\n"
+         See Sluice's `docs/writing-connectors.md` for the world's imports and exports.\n{sdk}"
     )
 }
 
@@ -136,6 +160,15 @@ mod tests {
         assert!(cargo.contains(r#"name = "my-source""#) && !cargo.contains("{{"), "{cargo}");
         let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
         assert!(readme.contains("cp target/wasm32-wasip2/release/my_source.wasm my-source.wasm"), "{readme}");
+        // The SDK is in the project, pointing at the WIT world beside it.
+        assert!(cargo.contains(r#"sluice-connector = { path = "sluice-connector" }"#), "{cargo}");
+        let sdk = std::fs::read_to_string(project.join("sluice-connector/src/lib.rs")).unwrap();
+        assert!(SDK_LIB.contains(SDK_WIT_PATH_IN_CHECKOUT), "the SDK's generate! path moved: update scaffold.rs");
+        assert!(sdk.contains(SDK_WIT_PATH_IN_PROJECT) && !sdk.contains(SDK_WIT_PATH_IN_CHECKOUT));
+        assert_eq!(std::fs::read_to_string(project.join("sluice-connector/wit/connector.wit")).unwrap(), WIT);
+        let sdk_manifest = std::fs::read_to_string(project.join("sluice-connector/Cargo.toml")).unwrap();
+        let pinned = format!(r#"wit-bindgen = {{ version = "{}""#, wit_bindgen_version());
+        assert!(sdk_manifest.contains(&pinned) && !sdk_manifest.contains("{{"), "{sdk_manifest}");
         let error = new_connector("my-source", Lang::Python, &project).unwrap_err().to_string();
         assert!(error.contains("exists and is not empty"), "{error}");
     }

@@ -1,13 +1,19 @@
-// {{name}}: a Sluice source connector in JavaScript. Each task sends `record.count`
-// numbered messages to `topic` and resumes after its committed offset when restarted.
+// {{name}}: a Sluice source connector in JavaScript. It reads `streams` (here, made-up
+// sequences of numbered messages; in your connector, files, tables, symbols...), shares
+// them among its tasks, and sends `record.count` messages per stream to `topic`.
+//
+// Each record's source partition names the stream it comes from, never the task that read
+// it: when `tasks.max` changes, streams move between tasks and each new owner resumes after
+// that stream's committed offset, so nothing is sent twice or skipped.
 
-import { offset } from 'sluice:connector/offset-storage-reader@0.1.0';
+import { offsets } from 'sluice:connector/offset-storage-reader@0.1.0';
 import { log } from 'sluice:connector/log@0.1.0';
 
 const CONFIG_DEF = [
   { name: 'topic', type: 'string', defaultValue: '{{name}}', importance: 'high', documentation: 'Destination topic.' },
+  { name: 'streams', type: 'list', defaultValue: 'north,south,east,west', importance: 'high', documentation: 'The sources to read.' },
   { name: 'message', type: 'string', defaultValue: 'hello', importance: 'medium', documentation: 'The text of every record.' },
-  { name: 'record.count', type: 'long', defaultValue: '10', importance: 'medium', documentation: 'Records per task; 0 is endless.' },
+  { name: 'record.count', type: 'long', defaultValue: '10', importance: 'medium', documentation: 'Records per stream; 0 is endless.' },
 ];
 
 function settings(config) {
@@ -15,6 +21,10 @@ function settings(config) {
   for (const [key, value] of config) values[key] = value;
   return values;
 }
+
+const streamsOf = (values) => values.streams.split(',').map((s) => s.trim()).filter((s) => s !== '');
+// Source partition: the stream a record comes from, {"stream":"north"}.
+const partition = (stream) => JSON.stringify({ stream });
 
 // One sandbox is either the connector or one task: module state is this instance's.
 let connectorConfig = [];
@@ -26,12 +36,23 @@ export const connector = {
   configDef: () => CONFIG_DEF,
   validate: () => [],
   start(config) {
-    if (!/^\d+$/.test(settings(config)['record.count'])) {
+    const values = settings(config);
+    if (!/^\d+$/.test(values['record.count'])) {
       throw { tag: 'invalid-config', val: 'record.count: not a whole number' };
     }
+    if (streamsOf(values).length === 0) throw { tag: 'invalid-config', val: 'streams: name at least one' };
     connectorConfig = config;
   },
-  taskConfigs: (maxTasks) => Array.from({ length: maxTasks }, (_, task) => [...connectorConfig, ['task', String(task)]]),
+  // Stream i goes to task i mod n: at most one task per stream.
+  taskConfigs(maxTasks) {
+    const names = streamsOf(settings(connectorConfig));
+    const tasks = Math.min(names.length, Math.max(maxTasks, 1));
+    const others = connectorConfig.filter(([key]) => key !== 'streams');
+    return Array.from({ length: tasks }, (_, task) => [
+      ...others,
+      ['streams', names.filter((_, i) => i % tasks === task).join(',')],
+    ]);
+  },
   tick() {},
   stop() {},
 };
@@ -39,27 +60,38 @@ export const connector = {
 export const task = {
   start(config) {
     const values = settings(config);
-    const id = Number(values.task);
-    // Resume after the committed offset, if there is one.
-    const committed = offset(JSON.stringify({ task: id }));
-    const next = committed === undefined ? 0 : JSON.parse(committed).n + 1;
-    log('info', `task ${id} starts at message ${next}`);
-    state = { values, id, next, count: Number(values['record.count']) };
+    const names = streamsOf(values);
+    // Every stream this task now owns resumes after its committed offset (one call).
+    const committed = offsets(names.map(partition));
+    const next = new Map();
+    names.forEach((name, i) => {
+      const offset = committed[i][1];
+      next.set(name, offset === undefined ? 0 : JSON.parse(offset).n + 1);
+      log('info', `stream ${name} starts at message ${next.get(name)}`);
+    });
+    state = { values, next, count: Number(values['record.count']) };
   },
+  // Up to 100 records, taken in turn from the streams that have more. An empty list means
+  // nothing to send now: the host calls again after a short pause (up to 1 s).
   poll() {
     const records = [];
-    while (records.length < 100 && (state.count === 0 || state.next < state.count)) {
-      const value = JSON.stringify({ task: state.id, n: state.next, message: state.values.message });
-      records.push({
-        partition: JSON.stringify({ task: state.id }),
-        offset: JSON.stringify({ n: state.next }),
-        topic: state.values.topic,
-        key: undefined,
-        value: encoder.encode(value),
-        headers: [],
-        timestamp: undefined,
-      });
-      state.next += 1;
+    while (records.length < 100) {
+      const before = records.length;
+      for (const [name, n] of state.next) {
+        if (state.count !== 0 && n >= state.count) continue;
+        const value = JSON.stringify({ stream: name, n, message: state.values.message });
+        records.push({
+          partition: partition(name),
+          offset: JSON.stringify({ n }),
+          topic: state.values.topic,
+          key: undefined,
+          value: encoder.encode(value),
+          headers: [],
+          timestamp: undefined,
+        });
+        state.next.set(name, n + 1);
+      }
+      if (records.length === before) break;
     }
     return records;
   },

@@ -1,5 +1,10 @@
-"""{{name}}: a Sluice source connector in Python. Each task sends `record.count` numbered
-messages to `topic` and resumes after its committed offset when restarted."""
+"""{{name}}: a Sluice source connector in Python. It reads `streams` (here, made-up
+sequences of numbered messages; in your connector, files, tables, symbols...), shares
+them among its tasks, and sends `record.count` messages per stream to `topic`.
+
+Each record's source partition names the stream it comes from, never the task that read
+it: when `tasks.max` changes, streams move between tasks and each new owner resumes after
+that stream's committed offset, so nothing is sent twice or skipped."""
 
 import json
 
@@ -10,8 +15,9 @@ from wit_world.imports.types import ConfigKey, ConfigType, ConnectorError_Invali
 
 CONFIG_DEF = [
     ConfigKey("topic", ConfigType.STRING, "{{name}}", Importance.HIGH, "Destination topic."),
+    ConfigKey("streams", ConfigType.LIST, "north,south,east,west", Importance.HIGH, "The sources to read."),
     ConfigKey("message", ConfigType.STRING, "hello", Importance.MEDIUM, "The text of every record."),
-    ConfigKey("record.count", ConfigType.LONG, "10", Importance.MEDIUM, "Records per task; 0 is endless."),
+    ConfigKey("record.count", ConfigType.LONG, "10", Importance.MEDIUM, "Records per stream; 0 is endless."),
 ]
 
 
@@ -21,12 +27,21 @@ def settings(config):
     return values
 
 
+def streams(values):
+    return [name.strip() for name in values["streams"].split(",") if name.strip()]
+
+
+def partition(stream):
+    """Source partition: the stream a record comes from, {"stream": "north"}."""
+    return json.dumps({"stream": stream}, separators=(",", ":"))
+
+
 class State:
     """componentize-py makes a new Connector/Task object per call: keep state here."""
 
     config = []
-    task = 0
-    next = 0
+    values = {}
+    next = {}  # stream -> the next message number
 
 
 class Connector(exports.Connector):
@@ -40,12 +55,19 @@ class Connector(exports.Connector):
         return []
 
     def start(self, config):
-        if not settings(config)["record.count"].isdigit():
+        values = settings(config)
+        if not values["record.count"].isdigit():
             raise Err(ConnectorError_InvalidConfig("record.count: not a whole number"))
+        if not streams(values):
+            raise Err(ConnectorError_InvalidConfig("streams: name at least one"))
         State.config = config
 
     def task_configs(self, max_tasks):
-        return [State.config + [("task", str(task))] for task in range(max_tasks)]
+        # Stream i goes to task i mod n: at most one task per stream.
+        names = streams(settings(State.config))
+        tasks = min(len(names), max(max_tasks, 1))
+        others = [(key, value) for key, value in State.config if key != "streams"]
+        return [others + [("streams", ",".join(names[task::tasks]))] for task in range(tasks)]
 
     def tick(self):
         pass
@@ -56,30 +78,40 @@ class Connector(exports.Connector):
 
 class Task(exports.Task):
     def start(self, config):
-        State.config = settings(config)
-        State.task = int(State.config["task"])
-        # Resume after the committed offset, if there is one.
-        committed = offset_storage_reader.offset(json.dumps({"task": State.task}))
-        State.next = json.loads(committed)["n"] + 1 if committed else 0
-        log.log(log.Level.INFO, f"task {State.task} starts at message {State.next}")
+        State.values = settings(config)
+        names = streams(State.values)
+        # Every stream this task now owns resumes after its committed offset (one call).
+        committed = offset_storage_reader.offsets([partition(name) for name in names])
+        State.next = {}
+        for name, (_, offset) in zip(names, committed):
+            State.next[name] = json.loads(offset)["n"] + 1 if offset else 0
+            log.log(log.Level.INFO, f"stream {name} starts at message {State.next[name]}")
 
     def poll(self):
-        count = int(State.config["record.count"])
+        """Up to 100 records, taken in turn from the streams that have more. An empty list
+        means nothing to send now: the host calls again after a short pause (up to 1 s)."""
+        count = int(State.values["record.count"])
         records = []
-        while len(records) < 100 and (count == 0 or State.next < count):
-            value = {"task": State.task, "n": State.next, "message": State.config["message"]}
-            records.append(
-                SourceRecord(
-                    partition=json.dumps({"task": State.task}),
-                    offset=json.dumps({"n": State.next}),
-                    topic=State.config["topic"],
-                    key=None,
-                    value=json.dumps(value, separators=(",", ":")).encode(),
-                    headers=[],
-                    timestamp=None,
+        while len(records) < 100:
+            before = len(records)
+            for name, n in State.next.items():
+                if count and n >= count:
+                    continue
+                value = {"stream": name, "n": n, "message": State.values["message"]}
+                records.append(
+                    SourceRecord(
+                        partition=partition(name),
+                        offset=json.dumps({"n": n}),
+                        topic=State.values["topic"],
+                        key=None,
+                        value=json.dumps(value, separators=(",", ":")).encode(),
+                        headers=[],
+                        timestamp=None,
+                    )
                 )
-            )
-            State.next += 1
+                State.next[name] = n + 1
+            if len(records) == before:
+                break
         return records
 
     def commit(self):

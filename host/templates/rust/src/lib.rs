@@ -1,19 +1,29 @@
-//! {{name}}: a Sluice source connector in Rust. Each task sends `record.count` numbered
-//! messages to `topic` and resumes after its committed offset when restarted.
+//! {{name}}: a Sluice source connector in Rust. It reads `streams` (here, made-up
+//! sequences of numbered messages; in your connector, files, tables, symbols...), shares
+//! them among its tasks, and sends `record.count` messages per stream to `topic`.
+//!
+//! Each record's source partition names the stream it comes from, never the task that
+//! read it: when `tasks.max` changes, streams move between tasks and each new owner
+//! resumes after that stream's committed offset, so nothing is sent twice or skipped.
 
 use serde::{Deserialize, Serialize};
 use sluice_connector::{Config, ConfigKey, ConfigType, Connector, Error, Record, Task, log, offsets};
 
-/// Source partition: which task's sequence, `{"task": 0}`.
+/// Source partition: the stream a record comes from, `{"stream": "north"}`.
 #[derive(Serialize)]
-struct Partition {
-    task: u32,
+struct Partition<'a> {
+    stream: &'a str,
 }
 
-/// Source offset: the last message sent, `{"n": 41}`.
+/// Source offset: the last message sent from that stream, `{"n": 41}`.
 #[derive(Serialize, Deserialize)]
 struct Offset {
     n: u64,
+}
+
+fn streams(config: &Config) -> Vec<String> {
+    let list = config.get("streams").unwrap_or("north,south,east,west");
+    list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
 }
 
 struct Greeter {
@@ -28,52 +38,83 @@ impl Connector for Greeter {
     fn config_def() -> Vec<ConfigKey> {
         vec![
             ConfigKey::optional("topic", ConfigType::String, "{{name}}", "Destination topic."),
+            ConfigKey::optional("streams", ConfigType::List, "north,south,east,west", "The sources to read."),
             ConfigKey::optional("message", ConfigType::String, "hello", "The text of every record."),
-            ConfigKey::optional("record.count", ConfigType::Long, "10", "Records per task; 0 is endless."),
+            ConfigKey::optional("record.count", ConfigType::Long, "10", "Records per stream; 0 is endless."),
         ]
     }
 
     fn start(config: Config) -> Result<Self, Error> {
         config.parse::<u64>("record.count", 10)?;
+        if streams(&config).is_empty() {
+            return Err(Error::InvalidConfig("streams: name at least one".into()));
+        }
         Ok(Greeter { config })
     }
 
+    /// Stream i goes to task i mod n: at most one task per stream.
     fn task_configs(&mut self, max_tasks: u32) -> Result<Vec<Config>, Error> {
-        Ok((0..max_tasks).map(|task| self.config.clone().with("task", task)).collect())
+        let streams = streams(&self.config);
+        let tasks = streams.len().min(max_tasks.max(1) as usize);
+        Ok((0..tasks)
+            .map(|task| {
+                let mine: Vec<&str> = streams.iter().skip(task).step_by(tasks).map(String::as_str).collect();
+                self.config.clone().with("streams", mine.join(","))
+            })
+            .collect())
     }
+}
+
+struct Stream {
+    name: String,
+    next: u64,
 }
 
 struct GreeterTask {
     topic: String,
     message: String,
     count: u64,
-    task: u32,
-    next: u64,
+    streams: Vec<Stream>,
 }
 
 impl Task for GreeterTask {
     fn start(config: Config) -> Result<Self, Error> {
-        let task = config.parse("task", 0)?;
-        // Resume after the committed offset, if there is one.
-        let next = offsets::get::<_, Offset>(&Partition { task }).map_or(0, |o| o.n + 1);
-        log::info(&format!("task {task} starts at message {next}"));
+        let names = streams(&config);
+        // Every stream this task now owns resumes after its committed offset (one call).
+        let partitions: Vec<Partition> = names.iter().map(|stream| Partition { stream }).collect();
+        let committed: Vec<Option<Offset>> = offsets::get_many(&partitions);
+        let streams: Vec<Stream> = names
+            .iter()
+            .zip(committed)
+            .map(|(name, offset)| Stream { name: name.clone(), next: offset.map_or(0, |o| o.n + 1) })
+            .collect();
+        for stream in &streams {
+            log::info(&format!("stream {} starts at message {}", stream.name, stream.next));
+        }
         Ok(GreeterTask {
             topic: config.get("topic").unwrap_or("{{name}}").to_string(),
             message: config.get("message").unwrap_or("hello").to_string(),
             count: config.parse("record.count", 10)?,
-            task,
-            next,
+            streams,
         })
     }
 
+    /// Up to 100 records, taken in turn from the streams that have more. An empty batch
+    /// means nothing to send now: the host calls again after a short pause (growing to 1 s).
     fn poll(&mut self) -> Result<Vec<Record>, Error> {
         let mut records = Vec::new();
-        while records.len() < 100 && (self.count == 0 || self.next < self.count) {
-            let value = format!(r#"{{"task":{},"n":{},"message":"{}"}}"#, self.task, self.next, self.message);
-            records.push(
-                Record::new(&self.topic, &Partition { task: self.task }, &Offset { n: self.next }).with_value(value),
-            );
-            self.next += 1;
+        let count = self.count;
+        while records.len() < 100 {
+            let before = records.len();
+            for stream in self.streams.iter_mut().filter(|s| count == 0 || s.next < count) {
+                let value = format!(r#"{{"stream":"{}","n":{},"message":"{}"}}"#, stream.name, stream.next, self.message);
+                let partition = Partition { stream: &stream.name };
+                records.push(Record::new(&self.topic, &partition, &Offset { n: stream.next }).with_value(value));
+                stream.next += 1;
+            }
+            if records.len() == before {
+                break;
+            }
         }
         Ok(records)
     }
