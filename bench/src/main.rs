@@ -10,6 +10,7 @@
 //! cargo run --release -p sluice-bench -- directory   # file-pulse on 1,000 to 100,000 files
 //! cargo run --release -p sluice-bench -- density     # 1,000 idle connectors x 10 tasks in one worker
 //! cargo run --release -p sluice-bench -- startup     # first record of a file-pulse run, cold and warm
+//! cargo run --release -p sluice-bench -- latency     # a dropped file until its first record is stored
 //! cargo run --release -p sluice-bench -- rest        # GET /connectors with 200 connectors
 //! cargo run --release -p sluice-bench -- kafka       # file-pulse into Kafka vs a bare rdkafka producer
 //! cargo run --release -p sluice-bench -- record-path # the record path's table: poll, stdout, local, languages
@@ -21,6 +22,7 @@ mod fairness;
 mod files;
 mod kafka;
 mod languages;
+mod latency;
 mod poll;
 mod record_path;
 mod rest;
@@ -125,6 +127,17 @@ enum Bench {
     Startup {
         #[command(flatten)]
         plugins: PluginPath,
+    },
+    /// A file renamed into a running file-pulse connector's directory until its first
+    /// record is stored in the local log: median, p99 and max over `--files` drops.
+    Latency {
+        #[command(flatten)]
+        plugins: PluginPath,
+        #[arg(long, default_value_t = 100)]
+        files: usize,
+        /// file-pulse's `fs.listing.interval.ms` (its default is 1000).
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
     },
     /// MB/s streaming one file of 100-byte lines with file-pulse, to the local destination
     /// and to stdout, beside a native loop reading the same file.
@@ -247,6 +260,10 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
         Bench::Startup { plugins } => {
             let (rows, compile, others) = startup::startup(&plugins.plugin_path).await?;
             startup::print_startup_table(&rows, compile, &others);
+        }
+        Bench::Latency { plugins, files, interval_ms } => {
+            let row = latency::latency(&plugins.plugin_path, files, interval_ms).await?;
+            latency::print_latency_table(&row);
         }
         Bench::Files { plugins, mib } => {
             let rows = files::files(&plugins.plugin_path, mib).await?;

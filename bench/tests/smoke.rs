@@ -92,3 +92,14 @@ fn startup_prints_a_cold_and_a_warm_first_record() {
         assert!(millis.parse::<u64>().is_ok(), "{row}");
     }
 }
+
+#[test]
+fn latency_prints_the_median_and_p99_of_dropped_files() {
+    let table = table(bench(&["latency", "--files", "5", "--interval-ms", "200"]));
+    let row = table.lines().find(|l| l.starts_with("| 200 |")).unwrap_or_else(|| panic!("a row: {table}"));
+    let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+    for cell in &cells[1..4] {
+        let millis = cell.strip_suffix(" ms").unwrap_or_else(|| panic!("{row}"));
+        assert!(millis.parse::<u64>().is_ok(), "{row}");
+    }
+}

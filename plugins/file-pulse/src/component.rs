@@ -748,7 +748,7 @@ impl Connector for ConnectorState {
         let now = now_ms();
         let offsets = self.watch();
         let mut changed = self.stalled(now, &offsets);
-        if self.walk.is_none() && now.saturating_sub(self.last_pass_ms) >= self.settings().listing_interval_ms {
+        if self.walk.is_none() && self.settings().listing_due(now, self.last_pass_ms) {
             self.passes += 1;
             self.last_pass_ms = now;
             self.walk = Some(Walk { pass: self.passes, dirs: vec![String::new()], current: None, undecodable: 0 });

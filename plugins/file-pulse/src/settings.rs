@@ -12,7 +12,12 @@ pub const KEYS: &[(&str, Option<&str>, &str, &str)] = &[
         "high",
         "Directory to scan. Grant it with sandbox.fs.read (sandbox.fs.write when cleanup deletes or moves).",
     ),
-    ("fs.listing.interval.ms", Some("1000"), "medium", "How often the connector lists the directory."),
+    (
+        "fs.listing.interval.ms",
+        Some("1000"),
+        "medium",
+        "How often the connector lists the directory (at its ticks: under monitor.interval.ms, lower that too).",
+    ),
     ("fs.listing.recursive", Some("false"), "medium", "Descend into subdirectories."),
     ("file.filter.regex.pattern", Some(".*"), "medium", "Only files whose name matches are streamed."),
     ("fs.cleanup.policy", Some("none"), "medium", "What happens to a finished file: none, delete, or move."),
@@ -207,9 +212,30 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// Whether a listing pass is due at `now_ms` when the last one started at `last_ms`.
+    /// The connector is ticked every `monitor.interval.ms`, a little early or late: a tick
+    /// up to a tenth of the interval (at most 100 ms) before the due time counts, or an
+    /// interval equal to the tick's would list only every other tick.
+    pub fn listing_due(&self, now_ms: u64, last_ms: u64) -> bool {
+        let slack = (self.listing_interval_ms / 10).min(100);
+        now_ms.saturating_sub(last_ms) + slack >= self.listing_interval_ms
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tick_a_little_early_still_lists() {
+        let settings = parse(&[("fs.listing.interval.ms", "1000")]).unwrap();
+        assert!(settings.listing_due(10_995, 10_000), "a 1 s tick 5 ms early lists");
+        assert!(settings.listing_due(11_000, 10_000));
+        assert!(!settings.listing_due(10_500, 10_000), "half an interval is not due");
+        let fast = parse(&[("fs.listing.interval.ms", "50")]).unwrap();
+        assert!(fast.listing_due(10_045, 10_000) && !fast.listing_due(10_040, 10_000));
+    }
 
     fn parse(pairs: &[(&str, &str)]) -> Result<Settings, Problem> {
         let mut config: BTreeMap<String, String> = [("topic", "t"), ("fs.listing.directory.path", "/in")]
