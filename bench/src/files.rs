@@ -99,11 +99,7 @@ pub async fn files(plugin_dir: &Path, megabytes: u64) -> anyhow::Result<Vec<File
     // Reuse the compiled plugins, so the child's start-up is not timed as compilation.
     let (compiled, local_compiled) =
         (DataDir::new(&data).compile_cache(), DataDir::new(scratch.join("data-local")).compile_cache());
-    std::fs::create_dir_all(&compiled)?;
-    for entry in std::fs::read_dir(local_compiled)? {
-        let entry = entry?;
-        std::fs::copy(entry.path(), compiled.join(entry.file_name()))?;
-    }
+    crate::copy_compile_cache(&local_compiled, &compiled)?;
     let file = scratch.join("stdout.json");
     std::fs::write(&file, connector("stdout"))?;
     let started = Instant::now();

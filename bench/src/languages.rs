@@ -62,6 +62,14 @@ pub async fn languages(plugin_dir: &Path, seconds: u64, instantiations: usize) -
         std::fs::copy(&file, folder.join(format!("{plugin}.wasm"))).with_context(|| file.display().to_string())?;
         let cache = DataDir::new(&scratch).compile_cache();
         let cold = Registry::load(&runtime, &folder, &cache).await?;
+        // A restart finds a plugin file that was not just written: the cache then knows it
+        // by its stat and neither reads nor hashes it (see `registry.rs`). Let the copy age,
+        // load once to index it, then time the load a restart does.
+        let copied = folder.join(format!("{plugin}.wasm"));
+        while std::fs::metadata(&copied)?.modified()?.elapsed().unwrap_or_default() < Duration::from_millis(2100) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Registry::load(&runtime, &folder, &cache).await?;
         let warm = Registry::load(&runtime, &folder, &cache).await?;
         let (Some(cold), Some(warm)) = (cold.get(plugin), warm.get(plugin)) else {
             anyhow::bail!("{plugin}.wasm was rejected: see `sluice plugins --plugin-path {}`", plugin_dir.display());

@@ -195,6 +195,21 @@ enum Bench {
 }
 
 /// The build puts the test fixtures beside the shipped plugins (`target/test-plugins`).
+/// Copies a data directory's compile cache (compiled plugins, their metadata, and the
+/// `files/` index) into another's, so a benchmark's second start times no compilation.
+pub fn copy_compile_cache(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            copy_compile_cache(&entry.path(), &to.join(entry.file_name()))?;
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
 fn default_busy_plugin() -> PathBuf {
     Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins").join("hostile.wasm")
 }

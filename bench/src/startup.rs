@@ -71,11 +71,7 @@ pub async fn startup(plugin_dir: &Path) -> anyhow::Result<(Vec<StartupRow>, Dura
     // Warm: a new data directory holding the compiled plugins of the first.
     let warm = scratch.join("warm");
     let (from, to) = (DataDir::new(&cold).compile_cache(), DataDir::new(&warm).compile_cache());
-    std::fs::create_dir_all(&to)?;
-    for entry in std::fs::read_dir(&from)? {
-        let entry = entry?;
-        std::fs::copy(entry.path(), to.join(entry.file_name()))?;
-    }
+    crate::copy_compile_cache(&from, &to)?;
     rows.push(StartupRow {
         start: "warm compile cache",
         first_record: first_record(plugin_dir, &warm, &connector).await?,

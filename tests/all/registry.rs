@@ -111,6 +111,58 @@ async fn cached_plugins_load_without_being_instantiated() {
     assert_eq!(rewritten, saved, "and saved again");
 }
 
+/// A file loaded before is found by its stat (path, size, times, inode) in the cache's
+/// index and is neither read nor hashed again, once its times are two seconds old; a newer
+/// file is always read, and a rewritten file has a new stat, so it is read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_file_is_found_by_its_stat_and_a_changed_one_is_read_again() {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let file = dir.path().join("counter.wasm");
+    std::fs::copy(plugin_file("counter"), &file).unwrap();
+    let index = cache.path().join("files");
+    let entries =
+        || std::fs::read_dir(&index).map(|d| d.map(|e| e.unwrap().path()).collect::<Vec<_>>()).unwrap_or_default();
+
+    let fresh = load(dir.path(), cache.path()).await;
+    assert_eq!(fresh.get("counter").unwrap().version, "0.1.0");
+    assert!(
+        entries().is_empty(),
+        "a file written just now is not indexed: it may still be rewritten within the times' grain"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let entry = loop {
+        assert!(load(dir.path(), cache.path()).await.get("counter").unwrap().from_cache);
+        if let [entry] = entries().as_slice() {
+            break entry.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "the file was not indexed once two seconds old");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let counter_bytes = std::fs::read(&file).unwrap();
+    let content: String = sha2::Sha256::digest(&counter_bytes).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(std::fs::read_to_string(&entry).unwrap(), content);
+
+    // The index is what a load trusts: pointed at another plugin's cached code (here the
+    // counter's next version, loaded from another folder into the same cache), the
+    // unchanged file loads as that plugin, without being read.
+    let next_dir = tempfile::tempdir().unwrap();
+    std::fs::copy(plugin_file("counter-next"), next_dir.path().join("counter.wasm")).unwrap();
+    let next_bytes = std::fs::read(next_dir.path().join("counter.wasm")).unwrap();
+    assert_eq!(load(next_dir.path(), cache.path()).await.get("counter").unwrap().version, "0.2.0-next");
+    let next_content: String = sha2::Sha256::digest(&next_bytes).iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&entry, &next_content).unwrap();
+    assert_eq!(load(dir.path(), cache.path()).await.get("counter").unwrap().version, "0.2.0-next");
+    std::fs::write(&entry, &content).unwrap();
+
+    // Rewriting the file (a new version dropped in place) changes its stat: read again.
+    std::fs::write(&file, &next_bytes).unwrap();
+    assert_eq!(load(dir.path(), cache.path()).await.get("counter").unwrap().version, "0.2.0-next");
+    std::fs::write(&file, &counter_bytes).unwrap();
+    assert_eq!(load(dir.path(), cache.path()).await.get("counter").unwrap().version, "0.1.0");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_folder_is_live_added_replaced_half_copied_and_removed_files() {
     let dir = tempfile::tempdir().unwrap();

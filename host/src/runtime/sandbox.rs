@@ -71,6 +71,10 @@ impl Runtime {
         let (fuel_metering, max_instances) = (settings.fuel_metering, settings.max_instances);
         let mut config = Config::new();
         config.wasm_component_model(true).epoch_interruption(true).consume_fuel(fuel_metering);
+        // Native unwind tables only help outside unwinders through wasm frames (wasm
+        // backtraces and traps do not use them), and registering them costs a cached load
+        // milliseconds per large (Python, JavaScript) component.
+        config.native_unwind_info(false);
         // Instances come from preallocated slots: instantiation is a few microseconds and
         // memory is reused copy-on-write. The sizes leave room for large (Python, JS)
         // components, which have many core instances and tables.
