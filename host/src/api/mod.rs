@@ -107,6 +107,10 @@ pub fn router(state: Arc<ApiState>) -> Router {
         })
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // A declared length over the limit is refused before the body is read: a client
+        // that sent `Expect: 100-continue` (curl does, for large bodies) then never sends
+        // it, and one that did not gets the 413 instead of a connection reset mid-upload.
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             tracing::error!("a REST request handler panicked");
             error_response(StatusCode::INTERNAL_SERVER_ERROR, "Internal error (logged)")
