@@ -259,7 +259,7 @@ fn plugin_name(file: &Path) -> Option<String> {
 async fn load_plugin(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result<Plugin, String> {
     let name = file.file_stem().and_then(|s| s.to_str()).ok_or("file name is not valid UTF-8")?.to_string();
     let started = Instant::now();
-    let stat = std::fs::metadata(file).ok().map(|meta| (stat_key(file, &meta), meta));
+    let stat = std::fs::metadata(file).ok().map(|meta| (stat_key(file, &meta), settled(&meta)));
     let indexed = stat.as_ref().and_then(|(key, _)| std::fs::read_to_string(index_path(cache_dir, key)).ok());
     if let Some(content) = indexed
         && let Some(plugin) = load_indexed(runtime, &name, file, content.trim(), cache_dir, started)
@@ -269,8 +269,9 @@ async fn load_plugin(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result
     let bytes = std::fs::read(file).map_err(|e| format!("cannot read: {e}"))?;
     let content = content_hex(&bytes);
     let plugin = inspect_with(runtime, &name, file, &bytes, Some((cache_dir, &content))).await?;
-    if let Some((key, meta)) = stat
-        && settled(&meta)
+    // Settled when it was read (not when the compile ends): a rewrite after the read then
+    // has a new stat.
+    if let Some((key, true)) = stat
         && let Err(e) = write_atomically(&index_path(cache_dir, &key), content.as_bytes())
     {
         tracing::warn!("cannot index plugin file {}: {e:#}", file.display());
