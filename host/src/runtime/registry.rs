@@ -3,8 +3,8 @@
 //! artifact on disk, keyed by content hash and engine compatibility, with what the plugin
 //! said about itself (`version`, `config-def`) beside it, so a cached plugin loads without
 //! being instantiated, and an index from each file's stat to its content hash, so a file
-//! loaded before is not even read again. A bad file is reported with its name and the reason and never stops
-//! the others loading.
+//! loaded before is not even read again. A bad file is reported with its name and the
+//! reason and never stops the others loading.
 //!
 //! The folder is live: [`Registry::refresh`] loads files added or changed since the last
 //! look (a file still being copied fails and is tried again when it changes) and forgets
@@ -293,7 +293,7 @@ fn stat_key(file: &Path, meta: &std::fs::Metadata) -> String {
     }
     hasher.update(meta.ino().to_le_bytes());
     hasher.update(meta.dev().to_le_bytes());
-    hasher.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
+    hex(&hasher.finalize()[..16])
 }
 
 fn index_path(cache_dir: &Path, stat_key: &str) -> PathBuf {
@@ -331,7 +331,11 @@ fn load_indexed(
 }
 
 fn content_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The component linked against the world: what every instance is made from.

@@ -831,7 +831,6 @@ async function loop(view, generation) {
       const took = performance.now() - started;
       document.body.dataset.refreshMs = took.toFixed(1);
       document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
-      document.getElementById('footer').dataset.refreshMs = took.toFixed(1);
       footer('refreshed in ' + took.toFixed(0) + ' ms');
     } catch (e) {
       if (e.status === 401) return;
