@@ -107,9 +107,9 @@ pub async fn languages(plugin_dir: &Path, seconds: u64, instantiations: usize) -
         while started.elapsed() < Duration::from_secs(seconds) {
             let polled = task.poll().await.with_context(|| format!("{plugin} after {records} records"))?;
             let polled = polled.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-            anyhow::ensure!(!polled.is_empty(), "{plugin} stopped producing records");
-            records += polled.len() as u64;
-            value_bytes += polled.iter().map(|r| r.value.as_ref().map_or(0, Vec::len) as u64).sum::<u64>();
+            anyhow::ensure!(!polled.records.is_empty(), "{plugin} stopped producing records");
+            records += polled.records.len() as u64;
+            value_bytes += polled.records.iter().map(|r| r.value.as_ref().map_or(0, Vec::len) as u64).sum::<u64>();
         }
         rows.push(LanguageRow {
             plugin,

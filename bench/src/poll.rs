@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sluice::config::{SandboxSettings, WorkerConfig};
-use sluice::runtime::bindings::SourceRecord;
+use sluice::runtime::bindings::{PollBatch, SourceRecord};
 use sluice::runtime::{InstanceContext, Registry, Runtime};
 use sluice::storage::{DataDir, Namespace, Stores};
 
@@ -59,8 +59,8 @@ pub async fn poll(
         let (mut count, mut bytes) = (0u64, 0u64);
         while count < records {
             let polled = instance.poll().await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-            count += polled.len() as u64;
-            bytes += polled.iter().map(record_bytes).sum::<u64>();
+            count += polled.records.len() as u64;
+            bytes += batch_bytes(&polled);
         }
         let component = BenchRow { path: "component", records: count, elapsed: started.elapsed(), bytes };
         for (slot, row) in best.iter_mut().zip([native, component]) {
@@ -71,6 +71,22 @@ pub async fn poll(
     }
     let _ = std::fs::remove_dir_all(scratch.root());
     Ok(best.into_iter().flatten().collect())
+}
+
+/// The bytes of a batch as [`record_bytes`] counts them, each record with its partition and
+/// topic (which the batch carries once).
+fn batch_bytes(batch: &PollBatch) -> u64 {
+    let text = |list: &[String], index: Option<u32>| index.and_then(|i| list.get(i as usize)).map_or(0, String::len);
+    batch
+        .records
+        .iter()
+        .map(|r| {
+            (r.value.as_ref().map_or(0, Vec::len)
+                + text(&batch.partitions, Some(r.partition))
+                + r.offset.len()
+                + text(&batch.topics, r.topic)) as u64
+        })
+        .sum()
 }
 
 fn record_bytes(record: &SourceRecord) -> u64 {

@@ -24,6 +24,8 @@ async fn first_record(plugin_dir: &Path, data: &Path, connector: &Path) -> anyho
         .arg("--plugin-path")
         .arg(plugin_dir)
         .arg(connector)
+        // The data directory's own cache, not the user's shared one: cold must be cold.
+        .env("SLUICE_COMPILE_CACHE", sluice::storage::DataDir::new(data).compile_cache())
         .env("SLUICE_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -21,3 +21,4 @@ mod record_path_random;
 mod registry;
 mod tenants;
 mod worker;
+mod world_versions;

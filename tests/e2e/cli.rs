@@ -55,10 +55,15 @@ fn plugins_lists_loaded_and_rejected_files() {
     std::fs::copy(format!("{}/counter.wasm", sluice::BUILT_PLUGINS), dir.path().join("counter.wasm")).unwrap();
     std::fs::write(dir.path().join("broken.wasm"), b"nope").unwrap();
     let data = dir.path().join("data");
-    let plugins_json = || {
+    // The user's cache directory, which every data directory of the user shares.
+    let user_cache = dir.path().join("user-cache");
+    let plugins_json_in = |data: &std::path::Path| {
         let args = ["plugins", "--json", "--plugin-path", dir.path().to_str().unwrap(), "--data-dir"];
-        sluice().args(args).arg(&data).env("SLUICE_LOG", "info").output().unwrap()
+        let mut command = sluice();
+        command.args(args).arg(data).env("SLUICE_LOG", "info").env("XDG_CACHE_HOME", &user_cache);
+        command.env_remove("SLUICE_COMPILE_CACHE").output().unwrap()
     };
+    let plugins_json = || plugins_json_in(&data);
     let output = plugins_json();
     assert_eq!(output.status.code(), Some(0));
     let said = String::from_utf8_lossy(&output.stderr);
@@ -66,6 +71,11 @@ fn plugins_lists_loaded_and_rejected_files() {
     let again = plugins_json();
     assert!(!String::from_utf8_lossy(&again.stderr).contains("compiling"), "the second run compiles nothing");
     assert_eq!(again.stdout, output.stdout, "and lists the same, from the cache");
+    assert!(user_cache.join("sluice/compiled").is_dir(), "compiled into the user's cache directory");
+    let elsewhere = plugins_json_in(&dir.path().join("another-data-dir"));
+    let said = String::from_utf8_lossy(&elsewhere.stderr);
+    assert!(!said.contains("compiling"), "a new data directory compiles nothing again: {said}");
+    assert_eq!(elsewhere.stdout, output.stdout);
     let listing: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(listing["plugins"][0]["name"], "counter");
     assert_eq!(listing["plugins"][0]["config"][0]["name"], "topic");
@@ -150,4 +160,43 @@ fn offsets_delete_resets_a_partition_but_not_under_a_running_connector() {
     child.wait().unwrap();
     let topics = String::from_utf8(run(&["topics", "list", "--data-dir", data_arg]).stdout).unwrap();
     assert_eq!(topics.trim(), "reset\t100");
+}
+
+#[test]
+fn until_done_exits_0_once_every_connector_finished_and_1_when_one_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let bounded = connector_file(
+        dir.path(),
+        "bounded.json",
+        r#"{"name": "bounded", "config": {"connector.class": "counter", "topic": "numbers", "tasks.max": "2",
+            "record.count": "500", "finish": "true"}}"#,
+    );
+    let output = run(&["run", "--until-done", "--data-dir", data.to_str().unwrap(), bounded.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("every connector is FINISHED"), "{stderr}");
+    let stored =
+        crate::stores(&data).unwrap().local().read(sluice::config::DEFAULT_TENANT, "numbers", 0, 1 << 20).unwrap();
+    assert_eq!(stored.len(), 1000, "every record of both tasks, once");
+
+    // The same run again finds nothing left to send, and finishes at once.
+    let output = run(&["run", "--until-done", "--data-dir", data.to_str().unwrap(), bounded.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let stored =
+        crate::stores(&data).unwrap().local().read(sluice::config::DEFAULT_TENANT, "numbers", 0, 1 << 20).unwrap();
+    assert_eq!(stored.len(), 1000, "nothing sent twice");
+
+    // A task that fails for good (restart.policy=never) ends the run with 1, naming it.
+    let failing = connector_file(
+        dir.path(),
+        "failing.json",
+        r#"{"name": "failing", "config": {"connector.class": "counter", "topic": "bad topic", "record.count": "5",
+            "finish": "true"}}"#,
+    );
+    let args = ["run", "--until-done", "--data-dir", data.to_str().unwrap(), bounded.to_str().unwrap()];
+    let output = sluice().args(args).arg(&failing).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("connector 'failing' task 0 FAILED:") && stderr.contains("bad topic"), "{stderr}");
 }

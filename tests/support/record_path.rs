@@ -8,7 +8,7 @@
 use sluice::config::{ErrorHandling, SandboxSettings};
 use sluice::connect::records::{Polled, Source, check_batch, latest_offsets};
 use sluice::destinations::json::{record_json, write_record_json};
-use sluice::runtime::bindings::SourceRecord;
+use sluice::runtime::bindings::{PollBatch, SourceRecord};
 use sluice::storage::json::canonical_object;
 use sluice::storage::{Namespace, Record, Stores};
 
@@ -17,8 +17,15 @@ pub fn sandbox() -> SandboxSettings {
     SandboxSettings { record_max_bytes: 2048, batch_max_bytes: 64 << 10, ..SandboxSettings::default() }
 }
 
-/// Runs one batch through the path and checks every accepted record reads back equal.
+/// Runs one batch of 0.1.0 records through the path and checks every accepted record
+/// reads back equal.
 pub fn check(stores: &Stores, ns: &Namespace, batch: Vec<SourceRecord>, errors: &ErrorHandling) {
+    check_batch_of(stores, ns, PollBatch::from_records(batch), errors);
+}
+
+/// Runs one 0.2.0 batch (whose partition and topic indexes may point anywhere) through
+/// the path and checks every accepted record reads back equal.
+pub fn check_batch_of(stores: &Stores, ns: &Namespace, batch: PollBatch, errors: &ErrorHandling) {
     let source = Source { connector: &ns.connector, task: 0 };
     let Ok((polled, _refused)) = check_batch(batch, &sandbox(), errors, 7, &source) else { return };
     for entry in &polled {

@@ -65,8 +65,15 @@ fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-const STATES: [State; 6] =
-    [State::Unassigned, State::Running, State::Paused, State::Stopped, State::Failed, State::Restarting];
+const STATES: [State; 7] = [
+    State::Unassigned,
+    State::Running,
+    State::Paused,
+    State::Stopped,
+    State::Failed,
+    State::Restarting,
+    State::Finished,
+];
 
 /// The text of `GET /metrics`: every tenant's series, or one tenant's only.
 pub async fn render(herder: &Herder, tenant: Option<&str>) -> String {

@@ -107,6 +107,11 @@ enum Command {
         listen: Option<String>,
         #[command(flatten)]
         insecure: InsecureListen,
+        /// Exit once every connector is FINISHED (each of its tasks said it is done), with
+        /// 0; exit with 1 as soon as a connector or task is FAILED and will not be restarted
+        /// (`restart.policy=never`).
+        #[arg(long)]
+        until_done: bool,
         /// Connector files: {"name": "...", "config": {"connector.class": "...", ...}}
         #[arg(required = true)]
         connectors: Vec<PathBuf>,
@@ -276,9 +281,9 @@ fn config_error(e: &ConfigError) -> ExitCode {
 
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Run { data, plugins, worker, listen, insecure, connectors } => {
+        Command::Run { data, plugins, worker, listen, insecure, until_done, connectors } => {
             let listen = listen.map(|address| (address, insecure.insecure_listen));
-            run(&data.data_dir, &plugins.plugin_path, worker.load()?, &connectors, listen).await
+            run(&data.data_dir, &plugins.plugin_path, worker.load()?, &connectors, listen, until_done).await
         }
         Command::Serve { data, plugins, worker, listen, insecure } => {
             serve::serve(&data.data_dir, &plugins.plugin_path, worker.load()?, &listen, insecure.insecure_listen).await
@@ -302,7 +307,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 dir.display()
             );
             eprintln!("then: sluice topics read lines | head   (records)   sluice offsets file-pulse-demo   (offsets)");
-            run(&data.data_dir, &plugins.plugin_path, WorkerConfig::default(), &[file], None).await
+            run(&data.data_dir, &plugins.plugin_path, WorkerConfig::default(), &[file], None, false).await
         }
         Command::New { what: NewCommand::Connector { name, lang, dir } } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
@@ -345,6 +350,7 @@ async fn run(
     worker: WorkerConfig,
     files: &[PathBuf],
     listen: Option<(String, bool)>,
+    until_done: bool,
 ) -> anyhow::Result<ExitCode> {
     let mut configs: Vec<ConnectorConfig> = Vec::new();
     for file in files {
@@ -402,7 +408,7 @@ async fn run(
             }
         });
     }
-    let exit = wait_for_signal_showing_progress(&herder).await?;
+    let exit = wait_for_signal_showing_progress(&herder, until_done).await?;
     tracing::info!("stopping: committing offsets");
     if let Some(server) = server {
         server.stop().await;
@@ -428,6 +434,7 @@ struct ConnectorProgress {
     state: crate::storage::State,
     running: usize,
     failed: usize,
+    finished: usize,
     tasks: usize,
     records: u64,
     rate: f64,
@@ -442,6 +449,7 @@ impl ConnectorProgress {
             state: status.connector.state,
             running: count(State::Running),
             failed: count(State::Failed),
+            finished: count(State::Finished),
             tasks: status.tasks.len(),
             records,
             rate,
@@ -455,8 +463,16 @@ const PROGRESS_CONNECTORS: usize = 8;
 /// The progress line's parts: one per connector, or past [`PROGRESS_CONNECTORS`] a
 /// summary and the first connectors with FAILED tasks.
 fn progress_parts(connectors: &[ConnectorProgress]) -> Vec<String> {
-    let failed_tasks =
-        |c: &ConnectorProgress| if c.failed > 0 { format!(", {} FAILED", c.failed) } else { String::new() };
+    let failed_tasks = |c: &ConnectorProgress| {
+        let mut text = String::new();
+        if c.failed > 0 {
+            text.push_str(&format!(", {} FAILED", c.failed));
+        }
+        if c.finished > 0 {
+            text.push_str(&format!(", {} FINISHED", c.finished));
+        }
+        text
+    };
     if connectors.len() <= PROGRESS_CONNECTORS {
         return connectors
             .iter()
@@ -481,12 +497,13 @@ fn progress_parts(connectors: &[ConnectorProgress]) -> Vec<String> {
     }
     let states: Vec<String> = states.into_iter().map(|(state, n)| format!("{n} {state}")).collect();
     let mut parts = vec![format!(
-        "{} connectors ({}), {}/{} tasks running, {} FAILED, {} records {:.0}/s",
+        "{} connectors ({}), {}/{} tasks running, {} FAILED, {} FINISHED, {} records {:.0}/s",
         connectors.len(),
         states.join(", "),
         sum(|c| c.running),
         sum(|c| c.tasks),
         sum(|c| c.failed),
+        sum(|c| c.finished),
         connectors.iter().map(|c| c.records).sum::<u64>(),
         connectors.iter().map(|c| c.rate).sum::<f64>()
     )];
@@ -500,11 +517,47 @@ fn progress_parts(connectors: &[ConnectorProgress]) -> Vec<String> {
     parts
 }
 
+/// With `--until-done`: `Some(Ok(()))` once every connector is FINISHED, `Some(Err(why))`
+/// once one connector or task is FAILED for good (its `restart.policy` is `never`), else
+/// `None` (still working).
+async fn until_done_outcome(herder: &Herder) -> Option<Result<(), String>> {
+    use crate::storage::State;
+    let statuses = herder.statuses();
+    for (ns, status) in &statuses {
+        let restarts = herder.connector(ns).await.is_some_and(|(config, _)| {
+            config.get(crate::config::keys::RESTART_POLICY).is_some_and(|policy| policy.trim() == "on-failure")
+        });
+        if restarts {
+            continue;
+        }
+        let first_line =
+            |trace: &Option<String>| trace.as_deref().and_then(|t| t.lines().next()).unwrap_or("no trace").to_string();
+        if status.connector.state == State::Failed {
+            return Some(Err(format!("connector '{}' FAILED: {}", ns.connector, first_line(&status.connector.trace))));
+        }
+        if let Some(task) = status.tasks.iter().find(|t| t.state == State::Failed) {
+            return Some(Err(format!(
+                "connector '{}' task {} FAILED: {}",
+                ns.connector,
+                task.id,
+                first_line(&task.trace)
+            )));
+        }
+    }
+    let finished = !statuses.is_empty() && statuses.iter().all(|(_, s)| s.connector.state == State::Finished);
+    finished.then_some(Ok(()))
+}
+
+/// How often `--until-done` looks at the statuses.
+const UNTIL_DONE_CHECK: Duration = Duration::from_millis(100);
+
 /// Waits for Ctrl-C or SIGTERM (`None`), or for the worker to ask to stop (`Some(why)`),
-/// showing progress meanwhile.
-async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<Option<String>> {
+/// showing progress meanwhile. With `until_done`, also ends when every connector is
+/// FINISHED (`None`) or one FAILED for good (`Some(why)`).
+async fn wait_for_signal_showing_progress(herder: &Herder, until_done: bool) -> anyhow::Result<Option<String>> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let live = std::io::stderr().is_terminal();
+    let mut checks = tokio::time::interval(UNTIL_DONE_CHECK);
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
     let started = Instant::now();
     let mut last: std::collections::HashMap<String, (u64, Instant)> = std::collections::HashMap::new();
@@ -519,6 +572,22 @@ async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<Opt
                 }
                 return Ok(Some(reason));
             }
+            _ = checks.tick(), if until_done => match until_done_outcome(herder).await {
+                None => {}
+                Some(Ok(())) => {
+                    if live {
+                        eprintln!();
+                    }
+                    eprintln!("every connector is FINISHED");
+                    return Ok(None);
+                }
+                Some(Err(why)) => {
+                    if live {
+                        eprintln!();
+                    }
+                    return Ok(Some(why));
+                }
+            },
             _ = ticks.tick() => {
                 seconds += 1;
                 if !live && !seconds.is_multiple_of(10) {
@@ -549,7 +618,7 @@ async fn wait_for_signal_showing_progress(herder: &Herder) -> anyhow::Result<Opt
 
 async fn list_plugins(plugin_path: &Path, data_dir: &DataDir, json: bool) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new()?;
-    let registry = Registry::load(&runtime, plugin_path, &data_dir.compile_cache()).await?;
+    let registry = Registry::load(&runtime, plugin_path, &data_dir.plugin_cache()).await?;
     if json {
         let plugins: Vec<_> = registry
             .plugins()
@@ -683,6 +752,7 @@ mod tests {
             state: State::Running,
             running: 10 - failed,
             failed,
+            finished: 0,
             tasks: 10,
             records: 5,
             rate: 1.0,
@@ -692,11 +762,13 @@ mod tests {
     #[test]
     fn the_progress_line_names_failed_tasks_and_sums_up_many_connectors() {
         assert_eq!(progress_parts(&[connector(0, 9)]), ["c0 RUNNING 1/10 tasks, 9 FAILED 5 records 1/s"]);
+        let done = ConnectorProgress { state: State::Finished, running: 0, failed: 1, finished: 9, ..connector(1, 1) };
+        assert_eq!(progress_parts(&[done]), ["c1 FINISHED 0/10 tasks, 1 FAILED, 9 FINISHED 5 records 1/s"]);
         let many: Vec<ConnectorProgress> = (0..1000).map(|i| connector(i, usize::from(i % 100 == 0))).collect();
         let parts = progress_parts(&many);
         assert_eq!(
             parts[0],
-            "1000 connectors (1000 RUNNING), 9990/10000 tasks running, 10 FAILED, 5000 records 1000/s"
+            "1000 connectors (1000 RUNNING), 9990/10000 tasks running, 10 FAILED, 0 FINISHED, 5000 records 1000/s"
         );
         assert_eq!(parts[1], "c0 9/10 tasks, 1 FAILED");
         assert_eq!(parts.len(), 5, "{parts:?}");

@@ -43,6 +43,8 @@ enum InstanceEnd {
     Failed(String),
     /// Asked to restart: a new instance at once.
     Restart,
+    /// Every task finished (said it was done): the instance was stopped.
+    Finished,
 }
 
 pub(super) struct TaskHandle {
@@ -72,6 +74,8 @@ pub(super) struct ConnectorRun {
     pub(super) metrics: Arc<ConnectorMetrics>,
     /// `request-task-reconfiguration` from the connector or its tasks (coalesced).
     pub(super) reconfigure: Arc<Notify>,
+    /// A task finished: time to see whether all have.
+    pub(super) finished: Arc<Notify>,
     /// Index = task id; empty until the first `task-configs`.
     pub(super) tasks: Vec<TaskHandle>,
     /// `true` while the connector is paused (its tasks do not poll, it does not tick).
@@ -92,6 +96,22 @@ impl ConnectorRun {
                     continue;
                 }
                 InstanceEnd::Failed(trace) => trace,
+                InstanceEnd::Finished => {
+                    board.set_connector(&name, State::Finished, None);
+                    // Finished: nothing runs until a restart request or the stop.
+                    loop {
+                        tokio::select! {
+                            _ = stopped(&mut stop) => break 'instances,
+                            Some(Control::Restart { connector, tasks }) = control.recv() => {
+                                self.restart_tasks(tasks).await;
+                                if connector {
+                                    board.set_connector(&name, State::Restarting, None);
+                                    continue 'instances;
+                                }
+                            }
+                        }
+                    }
+                }
             };
             board.set_connector(&name, State::Failed, Some(trace));
             let restart = self.settings.restart;
@@ -121,7 +141,8 @@ impl ConnectorRun {
         let deadline = *stop.borrow();
         let deadline = deadline.unwrap_or_else(|| Instant::now() + self.settings.sandbox.timeouts.lifecycle);
         stop_all(std::mem::take(&mut self.tasks), deadline).await;
-        if !failed {
+        let finished = board.get(&name).is_some_and(|s| s.connector.state == State::Finished);
+        if !failed && !finished {
             board.set_connector(&name, State::Stopped, None);
         }
     }
@@ -150,6 +171,10 @@ impl ConnectorRun {
         self.services.board.set_connector(&self.namespace, running(*paused.borrow_and_update()), None);
         if let Some(trace) = self.reconfigure(&mut instance).await {
             return InstanceEnd::Failed(trace);
+        }
+        // Restarted alone after its tasks finished: they have nothing more to say.
+        if self.all_tasks_finished() {
+            self.finished.notify_one();
         }
         let started = Instant::now();
         // The first tick is at once (an interval's first tick completes immediately): a
@@ -200,8 +225,28 @@ impl ConnectorRun {
                         return InstanceEnd::Failed(trace);
                     }
                 }
+                _ = self.finished.notified() => {
+                    if self.all_tasks_finished() {
+                        tracing::info!(connector = %self.config.name, "every task is done: the connector is FINISHED");
+                        instance.stop_by(Instant::now() + self.settings.sandbox.timeouts.lifecycle);
+                        if let Err(e) = instance.connector_stop().await {
+                            tracing::warn!(connector = %self.config.name, "stop failed: {e}");
+                        }
+                        return InstanceEnd::Finished;
+                    }
+                }
             }
         }
+    }
+
+    /// Whether the connector has tasks and every one of them finished.
+    fn all_tasks_finished(&self) -> bool {
+        let status = self.services.board.get(&self.namespace);
+        !self.tasks.is_empty()
+            && status.is_some_and(|s| {
+                (0..self.tasks.len() as u32)
+                    .all(|task| s.tasks.iter().any(|t| t.id == task && t.state == State::Finished))
+            })
     }
 
     /// Restarts the selected tasks in new instances (each commits and stops first).
@@ -309,6 +354,7 @@ impl ConnectorRun {
             destination: self.destination.clone(),
             metrics: self.metrics.clone(),
             reconfigure: self.reconfigure.clone(),
+            finished: self.finished.clone(),
             paused: self.paused.clone(),
         };
         self.services.board.set_task(&self.namespace, task, State::Unassigned, None, 0);

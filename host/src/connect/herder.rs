@@ -101,7 +101,7 @@ impl Herder {
         let data_dir = DataDir::new(data_dir);
         let runtime = Runtime::for_worker(&worker.sandbox)?;
         let stores = Stores::open(&worker, &data_dir)?;
-        let registry = Arc::new(Registry::load_only(&runtime, plugin_dir, &data_dir.compile_cache(), only).await?);
+        let registry = Arc::new(Registry::load_only(&runtime, plugin_dir, &data_dir.plugin_cache(), only).await?);
         let worker_id = format!("{}:{}", hostname(), std::process::id());
         let board = Arc::new(StatusBoard::new(worker_id, stores.statuses().clone()));
         let rates = Arc::new(TenantRates::new(&worker));
@@ -301,6 +301,7 @@ impl Herder {
             destination,
             metrics: metrics.clone(),
             reconfigure: Arc::new(Notify::new()),
+            finished: Arc::new(Notify::new()),
             tasks: Vec::new(),
             paused: paused_rx,
         };

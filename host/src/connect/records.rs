@@ -3,7 +3,7 @@
 //! batch sizes against the sandbox's caps.
 
 use crate::config::{ErrorHandling, SandboxSettings};
-use crate::runtime::bindings::SourceRecord;
+use crate::runtime::bindings::{BatchRecord, PollBatch};
 use crate::runtime::sandbox::human_bytes;
 use crate::storage::Record;
 use crate::storage::json::{canonical_object, check_object, shorten};
@@ -76,34 +76,69 @@ pub const MAX_HEADERS: usize = 1024;
 
 /// Size of a record as `sandbox.record.max.bytes` counts it: key, value, each header's
 /// key and value plus [`HEADER_OVERHEAD`], plus [`RECORD_OVERHEAD`].
-fn record_size(record: &SourceRecord) -> u64 {
+fn record_size(record: &BatchRecord) -> u64 {
     (record.key.as_ref().map_or(0, Vec::len) + record.value.as_ref().map_or(0, Vec::len)) as u64
         + record.headers.iter().map(|h| (h.key.len() + h.value.len()) as u64 + HEADER_OVERHEAD).sum::<u64>()
         + RECORD_OVERHEAD
 }
 
-/// Checks a whole `poll` batch: the batch cap (always fatal; partitions and offsets count
-/// too), then each record (its headers, size, partition, offset and topic). A bad record fails the task with the record named, or,
-/// under `errors.tolerance=all`, becomes [`Polled::Refused`]. Returns the entries in order
-/// and how many were refused.
+/// A batch's partitions and topics, each checked once however many records use it.
+struct Shared {
+    /// Each partition as given, and canonicalized or why it cannot be.
+    partitions: Vec<(String, Result<String, String>)>,
+    /// Each topic, and why it cannot be used if it cannot.
+    topics: Vec<(String, Result<(), String>)>,
+}
+
+impl Shared {
+    fn partition_text(&self, index: u32) -> Option<&str> {
+        self.partitions.get(index as usize).map(|(raw, _)| raw.as_str())
+    }
+
+    fn topic_text(&self, index: u32) -> Option<&str> {
+        self.topics.get(index as usize).map(|(raw, _)| raw.as_str())
+    }
+}
+
+/// Checks a whole `poll` batch: the batch cap (always fatal; partitions, topics and
+/// offsets count too), then each record (its headers, size, partition, offset and topic).
+/// A bad record fails the task with the record named, or, under `errors.tolerance=all`,
+/// becomes [`Polled::Refused`]. Returns the entries in order and how many were refused.
 pub fn check_batch(
-    records: Vec<SourceRecord>,
+    batch: PollBatch,
     sandbox: &SandboxSettings,
     errors: &ErrorHandling,
     now_ms: i64,
     source: &Source,
 ) -> Result<(Vec<Polled>, u64), String> {
     let Source { connector, task } = *source;
-    let batch: u64 = records.iter().map(|r| record_size(r) + (r.partition.len() + r.offset.len()) as u64).sum();
-    if batch > sandbox.batch_max_bytes {
+    let PollBatch { partitions, topics, records, done: _ } = batch;
+    let size: u64 = records.iter().map(|r| record_size(r) + r.offset.len() as u64).sum::<u64>()
+        + partitions.iter().chain(&topics).map(|text| text.len() as u64 + RECORD_OVERHEAD).sum::<u64>();
+    if size > sandbox.batch_max_bytes {
         return Err(format!(
             "connector '{connector}' task {task}: poll batch of {} records, {}, exceeds sandbox.batch.max.bytes ({})",
             records.len(),
-            human_bytes(batch),
+            human_bytes(size),
             human_bytes(sandbox.batch_max_bytes)
         ));
     }
-    let mut partitions = Vec::new();
+    let shared = Shared {
+        partitions: partitions
+            .into_iter()
+            .map(|raw| {
+                let canonical = canonical_object(&raw).map_err(|e| format!("partition is {e}"));
+                (raw, canonical)
+            })
+            .collect(),
+        topics: topics
+            .into_iter()
+            .map(|raw| {
+                let checked = check_topic(&raw);
+                (raw, checked)
+            })
+            .collect(),
+    };
     let mut polled = Vec::with_capacity(records.len());
     let mut refused = 0;
     for (index, record) in records.into_iter().enumerate() {
@@ -124,7 +159,7 @@ pub fn check_batch(
                 ),
             ))
         } else {
-            check_record(record, now_ms, &mut partitions)
+            check_record(record, now_ms, &shared)
                 .map_err(|(record, reason)| (record, format!("record {index} of the poll batch refused: {reason}")))
         };
         match checked {
@@ -137,7 +172,7 @@ pub fn check_batch(
                     tracing::warn!(connector, task, "skipped a record (errors.tolerance=all): {reason}");
                 }
                 refused += 1;
-                polled.push(refuse(*record, &reason, errors, sandbox, now_ms, source));
+                polled.push(refuse(*record, &shared, &reason, errors, sandbox, now_ms, source));
             }
         }
     }
@@ -147,17 +182,21 @@ pub fn check_batch(
 /// A refused record: its offset if it has a valid partition and offset, and its copy for
 /// the dead-letter topic, cut to fit the record cap.
 fn refuse(
-    record: SourceRecord,
+    record: BatchRecord,
+    shared: &Shared,
     reason: &str,
     errors: &ErrorHandling,
     sandbox: &SandboxSettings,
     now_ms: i64,
     source: &Source,
 ) -> Polled {
-    let commit = canonical_object(&record.partition)
-        .ok()
+    let partition_text = shared.partition_text(record.partition).unwrap_or_default();
+    let commit = shared
+        .partitions
+        .get(record.partition as usize)
+        .and_then(|(_, canonical)| canonical.as_ref().ok())
         .filter(|_| check_object(&record.offset).is_ok())
-        .map(|partition| (partition, record.offset.clone()));
+        .map(|partition| (partition.clone(), record.offset.clone()));
     let dead_letter = errors.dead_letter_topic.as_ref().map(|topic| {
         const MESSAGE: &str = "__connect.errors.exception.message";
         const TRUNCATED: &str = "__connect.errors.truncated";
@@ -165,10 +204,10 @@ fn refuse(
             ("__connect.errors.connector.name".into(), source.connector.as_bytes().to_vec()),
             ("__connect.errors.task.id".into(), source.task.to_string().into_bytes()),
             ("__connect.errors.stage".into(), b"TASK_POLL".to_vec()),
-            ("__connect.errors.source.partition".into(), shorten(&record.partition).into_bytes()),
+            ("__connect.errors.source.partition".into(), shorten(partition_text).into_bytes()),
             ("__connect.errors.source.offset".into(), shorten(&record.offset).into_bytes()),
         ];
-        if let Some(original) = &record.topic {
+        if let Some(original) = record.topic.and_then(|t| shared.topic_text(t)) {
             headers.push(("__connect.errors.topic".into(), shorten(original).into_bytes()));
         }
         let size = |headers: &[(String, Vec<u8>)]| headers.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
@@ -218,35 +257,37 @@ fn refuse(
 }
 
 /// Checks one record from `poll` and converts it; a bad one comes back with the reason.
-/// Partitions are canonicalized (through `partitions`, which remembers the batch's
-/// distinct ones); offsets are only checked here, and canonicalized when committed
-/// ([`latest_offsets`]).
-fn check_record(
-    record: SourceRecord,
-    now_ms: i64,
-    partitions: &mut Vec<(String, String)>,
-) -> Result<Polled, (Box<SourceRecord>, String)> {
-    let partition = match partitions.iter().find(|(raw, _)| *raw == record.partition) {
-        Some((_, canonical)) => canonical.clone(),
-        None => match canonical_object(&record.partition) {
-            Ok(canonical) => {
-                partitions.push((record.partition.clone(), canonical.clone()));
-                canonical
-            }
-            Err(e) => return Err((Box::new(record), format!("partition is {e}"))),
-        },
+/// Its partition and topic were checked once for the batch (`shared`); offsets are only
+/// checked here, and canonicalized when committed ([`latest_offsets`]).
+fn check_record(record: BatchRecord, now_ms: i64, shared: &Shared) -> Result<Polled, (Box<BatchRecord>, String)> {
+    let partition = match shared.partitions.get(record.partition as usize) {
+        Some((_, Ok(canonical))) => canonical.clone(),
+        Some((_, Err(e))) => return Err((Box::new(record), e.clone())),
+        None => {
+            let reason = format!(
+                "partition {} is not one of the batch's {} partitions",
+                record.partition,
+                shared.partitions.len()
+            );
+            return Err((Box::new(record), reason));
+        }
     };
     if let Err(e) = check_object(&record.offset) {
         return Err((Box::new(record), format!("offset is {e}")));
     }
-    let Some(topic) = &record.topic else {
+    let Some(topic_index) = record.topic else {
         return Ok(Polled::OffsetOnly { partition, offset: record.offset });
     };
-    if let Err(reason) = check_topic(topic) {
-        return Err((Box::new(record), reason));
-    }
+    let topic = match shared.topics.get(topic_index as usize) {
+        Some((topic, Ok(()))) => topic.clone(),
+        Some((_, Err(reason))) => return Err((Box::new(record), reason.clone())),
+        None => {
+            let reason = format!("topic {topic_index} is not one of the batch's {} topics", shared.topics.len());
+            return Err((Box::new(record), reason));
+        }
+    };
     Ok(Polled::Record(Record {
-        topic: record.topic.expect("checked above"),
+        topic,
         partition,
         offset: record.offset,
         key: record.key,
@@ -273,6 +314,7 @@ pub fn latest_offsets(polled: &[Polled]) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::bindings::SourceRecord;
 
     #[test]
     fn topics_follow_kafka_rules() {
@@ -319,12 +361,12 @@ mod tests {
         let sandbox = SandboxSettings { record_max_bytes: 400, ..SandboxSettings::default() };
         let source = Source { connector: "c", task: 2 };
         let batch = || {
-            vec![
+            PollBatch::from_records(vec![
                 source_record(r#"{"p":1}"#, r#"{"n":1}"#, 10),
                 source_record(r#"{"p":1}"#, r#"{"n":2}"#, 1000),
                 source_record("not json", r#"{"n":3}"#, 10),
                 source_record(r#"{"p":1}"#, r#"{"n":4}"#, 10),
-            ]
+            ])
         };
         let error = check_batch(batch(), &sandbox, &ErrorHandling::default(), 0, &source).unwrap_err();
         assert!(error.starts_with("connector 'c' task 2: record 1 of 1065 bytes exceeds"), "{error}");

@@ -16,7 +16,7 @@ use super::records::{Polled, Source, check_batch, latest_offsets};
 use super::services::{Services, StopSignal, stopped, unless_stopped};
 use crate::config::{ConnectorSettings, RestartPolicy, SandboxSettings};
 use crate::destinations::{Destination, RetriableDelivery};
-use crate::runtime::bindings::ConnectorError;
+use crate::runtime::bindings::{ConnectorError, PollBatch};
 use crate::runtime::plugin_log::escape_controls;
 use crate::runtime::sandbox::{describe_connector_error, human_bytes};
 use crate::runtime::{Pairs, Plugin, PluginInstance};
@@ -33,12 +33,19 @@ pub struct TaskSpec {
     pub destination: Arc<dyn Destination>,
     pub metrics: Arc<super::metrics::ConnectorMetrics>,
     pub reconfigure: Arc<Notify>,
+    /// Told when this task finishes, so the connector can see whether all have.
+    pub finished: Arc<Notify>,
     /// `true` while the connector is paused: the task does not poll.
     pub paused: tokio::sync::watch::Receiver<bool>,
 }
 
 enum Outcome {
     Stopped,
+    /// The task said it is done (0.2.0's `poll-batch.done`): everything it produced is
+    /// committed and it was stopped.
+    Finished {
+        instance: u64,
+    },
     /// Memory grew past `sandbox.memory.recycle.percent`: start a fresh instance.
     Recycled,
     Failed {
@@ -71,6 +78,12 @@ pub async fn run_task(spec: TaskSpec, mut stop: StopSignal) {
         TaskCounters::add(&counters.starts, 1);
         match run_instance(&spec, &mut stop, attempt > 0).await {
             Outcome::Stopped => return,
+            Outcome::Finished { instance } => {
+                board.set_task(&spec.namespace, spec.task, State::Finished, None, instance);
+                spec.finished.notify_one();
+                stopped(&mut stop).await;
+                return;
+            }
             Outcome::Recycled => {}
             Outcome::Failed { trace, instance } => {
                 TaskCounters::add(&counters.failures, 1);
@@ -188,19 +201,20 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             // so nothing is lost; the instance is not called again.
             return Outcome::Stopped;
         };
-        let records = match polled {
+        let batch = match polled {
             Err(e) => return failed(e.to_string(), id),
             Ok(Err(ConnectorError::Retriable(message))) => {
                 tracing::warn!(connector = %connector, task = spec.task, "poll: retriable error: {}", escape_controls(&message));
-                Vec::new()
+                PollBatch { partitions: Vec::new(), topics: Vec::new(), records: Vec::new(), done: false }
             }
             Ok(Err(e)) => return failed(describe_connector_error(&e), id),
-            Ok(Ok(records)) => records,
+            Ok(Ok(batch)) => batch,
         };
+        let done = batch.done;
         TaskCounters::add(&counters.polls, 1);
         TaskCounters::time(&counters.poll_nanos, poll_time);
-        TaskCounters::add(&counters.polled, records.len() as u64);
-        if records.is_empty() {
+        TaskCounters::add(&counters.polled, batch.records.len() as u64);
+        if batch.records.is_empty() && !done {
             if unsettled {
                 // Nothing new to send: the destination settles what it holds (an open
                 // exactly-once transaction commits) rather than waiting for the next batch.
@@ -222,7 +236,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             idle = Duration::ZERO;
             let source = Source { connector, task: spec.task };
             let settings = &spec.settings;
-            let (polled, refused) = match check_batch(records, &settings.sandbox, &settings.errors, now_ms(), &source) {
+            let (polled, refused) = match check_batch(batch, &settings.sandbox, &settings.errors, now_ms(), &source) {
                 Ok(checked) => checked,
                 Err(trace) => return failed(trace, id),
             };
@@ -233,6 +247,21 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             let checked: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
             services.rates.throttle(&spec.namespace.tenant, checked.len() as u64).await;
             in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), checked, offsets)));
+        }
+        if done {
+            // Everything it produced is delivered and committed before it is stopped, so
+            // a restart of a finished task resumes after its last record.
+            if let Some(delivery) = in_flight.take()
+                && let Err(outcome) = delivery.await.settle(id)
+            {
+                return outcome;
+            }
+            tracing::info!(connector = %connector, task = spec.task, "the task is done: stopping it");
+            let deadline = Instant::now() + spec.settings.sandbox.timeouts.lifecycle;
+            return match stop_instance(&mut instance, &destination, spec, id, deadline).await {
+                Outcome::Stopped => Outcome::Finished { instance: id },
+                failed => failed,
+            };
         }
         if last_usage_report.elapsed() >= USAGE_REPORT_INTERVAL {
             last_usage_report = Instant::now();

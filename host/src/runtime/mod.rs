@@ -13,4 +13,4 @@ pub mod registry;
 pub mod sandbox;
 
 pub use registry::{Plugin, Registry, Rejected};
-pub use sandbox::{CallError, InstanceContext, Pairs, PluginInstance, Runtime};
+pub use sandbox::{CallError, InstanceContext, Pairs, PluginInstance, Runtime, WorldPre};

@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
-use super::bindings::sluice::connector::log::Level;
+use super::bindings::v0_1::sluice::connector::log::Level;
 use super::rate::TokenBucket;
 
 struct Bucket {

@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
-use super::bindings::{ConfigKey, ConfigType, Importance, SourceConnectorPre};
-use super::sandbox::{HostState, InstanceContext, Runtime};
+use super::bindings::{ConfigKey, ConfigType, Importance, WORLD_VERSIONS, v0_1, v0_2};
+use super::sandbox::{InstanceContext, Runtime, WorldPre};
 use crate::config::{ConfigKeyInfo, SandboxSettings};
 use crate::storage::{Namespace, OffsetStore};
 
@@ -64,11 +64,11 @@ pub struct Plugin {
     pub from_cache: bool,
     /// Time to compile (or load from cache) the component.
     pub compile_time: Duration,
-    pub(crate) pre: SourceConnectorPre<HostState>,
+    pub(crate) pre: WorldPre,
 }
 
 impl Plugin {
-    pub fn pre(&self) -> &SourceConnectorPre<HostState> {
+    pub fn pre(&self) -> &WorldPre {
         &self.pre
     }
 }
@@ -338,15 +338,23 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The component linked against the world: what every instance is made from.
-fn link(runtime: &Runtime, component: &Component) -> Result<SourceConnectorPre<HostState>, String> {
+/// The component linked against the version of the world it exports: what every instance
+/// is made from.
+fn link(runtime: &Runtime, component: &Component) -> Result<WorldPre, String> {
+    let versions = WORLD_VERSIONS.join(" or ");
+    let exported =
+        component.component_type().exports(&runtime.engine).map(|(name, _)| name.to_string()).collect::<Vec<_>>();
+    let targets = |version: &str| exported.iter().any(|name| name == &format!("sluice:connector/task@{version}"));
     let instance_pre = runtime.linker().instantiate_pre(component).map_err(|e| {
-        format!(
-            "imports something Sluice does not provide (it must target sluice:connector/source-connector@0.1.0): {e:#}"
-        )
+        format!("imports something Sluice does not provide (it must target sluice:connector/source-connector@{versions}): {e:#}")
     })?;
-    SourceConnectorPre::new(instance_pre).map_err(|e| {
-        format!("does not export the source-connector world (sluice:connector/connector and sluice:connector/task @0.1.0): {e:#}")
+    let linked = if targets("0.2.0") {
+        v0_2::SourceConnectorPre::new(instance_pre).map(WorldPre::V0_2)
+    } else {
+        v0_1::SourceConnectorPre::new(instance_pre).map(WorldPre::V0_1)
+    };
+    linked.map_err(|e| {
+        format!("does not export the source-connector world (sluice:connector/connector and sluice:connector/task @{versions}): {e:#}")
     })
 }
 

@@ -17,8 +17,9 @@ use wasmtime::{
 };
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::sluice::connector::{connector_context, log, offset_storage_reader, types};
-use super::bindings::{ConfigKey, ConfigProblem, ConnectorError, SourceConnector, SourceConnectorPre, SourceRecord};
+use super::bindings::v0_1::sluice::connector::{connector_context, log, offset_storage_reader, types};
+use super::bindings::v0_2::sluice::connector as v0_2_imports;
+use super::bindings::{ConfigKey, ConfigProblem, ConnectorError, PollBatch, from_v0_2, v0_1, v0_2};
 use super::plugin_log::{PluginLog, escape_controls, escape_controls_but};
 use crate::config::{CallTimeouts, SandboxSettings, WorkerSandbox};
 use crate::storage::json::canonical_object;
@@ -95,7 +96,8 @@ impl Runtime {
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        v0_1::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        v0_2::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
 
         let stop_ticker = Arc::new(AtomicBool::new(false));
         let (ticker_engine, stop) = (engine.clone(), stop_ticker.clone());
@@ -122,7 +124,7 @@ impl Runtime {
     /// A new sandboxed instance of a plugin for a connector or one of its tasks.
     pub async fn instantiate(
         &self,
-        pre: &SourceConnectorPre<HostState>,
+        pre: &WorldPre,
         context: InstanceContext,
         sandbox: &SandboxSettings,
     ) -> Result<PluginInstance, CallError> {
@@ -179,7 +181,12 @@ impl Runtime {
             }
         });
         let deadline = begin(&mut store, "instantiate", sandbox.timeouts.lifecycle, None);
-        let instantiating = pre.instantiate_async(&mut store);
+        let instantiating = async {
+            match pre {
+                WorldPre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
+                WorldPre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
+            }
+        };
         let bindings = match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), instantiating).await {
             Ok(Err(e)) if e.chain().any(|cause| cause.is::<wasmtime::PoolConcurrencyLimitError>()) => {
                 return Err(CallError::Setup(format!(
@@ -353,6 +360,42 @@ impl HostState {
     }
 }
 
+impl v0_2_imports::types::Host for HostState {}
+
+impl v0_2_imports::offset_storage_reader::Host for HostState {
+    async fn offset(&mut self, partition: String) -> wasmtime::Result<Option<String>> {
+        offset_storage_reader::Host::offset(self, partition).await
+    }
+
+    async fn offsets(&mut self, partitions: Vec<String>) -> wasmtime::Result<Vec<(String, Option<String>)>> {
+        self.lookup(partitions).await
+    }
+}
+
+impl v0_2_imports::connector_context::Host for HostState {
+    fn request_task_reconfiguration(&mut self) {
+        connector_context::Host::request_task_reconfiguration(self)
+    }
+
+    fn raise_error(&mut self, message: String) {
+        connector_context::Host::raise_error(self, message)
+    }
+}
+
+impl v0_2_imports::log::Host for HostState {
+    fn log(&mut self, level: v0_2_imports::log::Level, message: String) {
+        use v0_2_imports::log::Level as New;
+        let level = match level {
+            New::Trace => log::Level::Trace,
+            New::Debug => log::Level::Debug,
+            New::Info => log::Level::Info,
+            New::Warn => log::Level::Warn,
+            New::Error => log::Level::Error,
+        };
+        self.log.emit(level, &message);
+    }
+}
+
 impl connector_context::Host for HostState {
     fn request_task_reconfiguration(&mut self) {
         if let Some(requests) = &self.context.reconfigure {
@@ -486,10 +529,33 @@ fn describe_trap(error: &wasmtime::Error) -> String {
     escape_controls_but(&text, &['\n']).into_owned()
 }
 
+/// A plugin linked against the version of the world it targets: what every instance of
+/// it is made from.
+pub enum WorldPre {
+    V0_1(v0_1::SourceConnectorPre<HostState>),
+    V0_2(v0_2::SourceConnectorPre<HostState>),
+}
+
+impl WorldPre {
+    /// The version of `sluice:connector` the plugin targets.
+    pub fn version(&self) -> &'static str {
+        match self {
+            WorldPre::V0_1(_) => "0.1.0",
+            WorldPre::V0_2(_) => "0.2.0",
+        }
+    }
+}
+
+/// A live instance's exports, by the version of the world its plugin targets.
+enum World {
+    V0_1(v0_1::SourceConnector),
+    V0_2(v0_2::SourceConnector),
+}
+
 /// One live instance of a plugin, for the connector or for one task.
 pub struct PluginInstance {
     store: Store<HostState>,
-    bindings: SourceConnector,
+    bindings: World,
     timeouts: CallTimeouts,
     /// Once stopping: no call may run past this moment.
     stop_by: Option<Instant>,
@@ -516,14 +582,22 @@ impl PluginInstance {
 
 /// Calls an export under its deadline and turns failures into [`CallError`]. The deadline
 /// holds on the whole call, wall-clock: epoch interruption stops running wasm at it, and a
-/// call blocked in a host call is abandoned just after it.
+/// call blocked in a host call is abandoned just after it. The export is called in the
+/// version of the world the plugin targets; `$v0_1` and `$v0_2` turn each version's result
+/// into the host's types.
 macro_rules! guest_call {
-    ($self:ident, $name:literal, $timeout:ident, $interface:ident . $method:ident ( $($arg:expr),* )) => {{
+    ($self:ident, $name:literal, $timeout:ident, $interface:ident . $method:ident ( $($arg:expr),* ), $v0_1:expr, $v0_2:expr) => {{
         if $self.store.data().abandoned {
             return Err(CallError::Setup(format!("{} not called: the instance was abandoned", $name)));
         }
         let deadline = begin(&mut $self.store, $name, $self.timeouts.$timeout, $self.stop_by);
-        let call = $self.bindings.$interface().$method(&mut $self.store $(, $arg)*);
+        let store = &mut $self.store;
+        let call = async {
+            match &$self.bindings {
+                World::V0_1(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map($v0_1),
+                World::V0_2(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map($v0_2),
+            }
+        };
         match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), call).await {
             Ok(result) => finish(&mut $self.store, result),
             Err(_) => Err(abandon(&mut $self.store)),
@@ -531,51 +605,84 @@ macro_rules! guest_call {
     }};
 }
 
+fn same<T>(value: T) -> T {
+    value
+}
+
 pub type Pairs = Vec<(String, String)>;
 
 impl PluginInstance {
     pub async fn version(&mut self) -> Result<String, CallError> {
-        guest_call!(self, "version", lifecycle, sluice_connector_connector.call_version())
+        guest_call!(self, "version", lifecycle, sluice_connector_connector.call_version(), same, same)
     }
 
     pub async fn config_def(&mut self) -> Result<Vec<ConfigKey>, CallError> {
-        guest_call!(self, "config-def", lifecycle, sluice_connector_connector.call_config_def())
+        guest_call!(self, "config-def", lifecycle, sluice_connector_connector.call_config_def(), same, |keys| keys
+            .into_iter()
+            .map(from_v0_2::config_key)
+            .collect())
     }
 
     pub async fn validate(&mut self, config: &Pairs) -> Result<Vec<ConfigProblem>, CallError> {
-        guest_call!(self, "validate", lifecycle, sluice_connector_connector.call_validate(config))
+        guest_call!(self, "validate", lifecycle, sluice_connector_connector.call_validate(config), same, |problems| {
+            problems.into_iter().map(from_v0_2::config_problem).collect()
+        })
     }
 
     pub async fn connector_start(&mut self, config: &Pairs) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "start", lifecycle, sluice_connector_connector.call_start(config))
+        guest_call!(self, "start", lifecycle, sluice_connector_connector.call_start(config), same, from_v0_2::result)
     }
 
     pub async fn task_configs(&mut self, max_tasks: u32) -> Result<Result<Vec<Pairs>, ConnectorError>, CallError> {
-        guest_call!(self, "task-configs", lifecycle, sluice_connector_connector.call_task_configs(max_tasks))
+        guest_call!(
+            self,
+            "task-configs",
+            lifecycle,
+            sluice_connector_connector.call_task_configs(max_tasks),
+            same,
+            from_v0_2::result
+        )
     }
 
     pub async fn tick(&mut self) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "tick", hot, sluice_connector_connector.call_tick())
+        guest_call!(self, "tick", hot, sluice_connector_connector.call_tick(), same, from_v0_2::result)
     }
 
     pub async fn connector_stop(&mut self) -> Result<(), CallError> {
-        guest_call!(self, "stop", lifecycle, sluice_connector_connector.call_stop())
+        guest_call!(self, "stop", lifecycle, sluice_connector_connector.call_stop(), same, same)
     }
 
     pub async fn task_start(&mut self, config: &Pairs) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "start", lifecycle, sluice_connector_task.call_start(config))
+        guest_call!(self, "start", lifecycle, sluice_connector_task.call_start(config), same, from_v0_2::result)
     }
 
-    pub async fn poll(&mut self) -> Result<Result<Vec<SourceRecord>, ConnectorError>, CallError> {
-        guest_call!(self, "poll", hot, sluice_connector_task.call_poll())
+    /// The next batch, whichever version the plugin targets (a 0.1.0 plugin's records are
+    /// converted, and it is never done).
+    pub async fn poll(&mut self) -> Result<Result<PollBatch, ConnectorError>, CallError> {
+        guest_call!(
+            self,
+            "poll",
+            hot,
+            sluice_connector_task.call_poll(),
+            |polled: Result<Vec<_>, ConnectorError>| polled.map(PollBatch::from_records),
+            from_v0_2::result
+        )
     }
 
     pub async fn commit(&mut self) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "commit", hot, sluice_connector_task.call_commit())
+        guest_call!(self, "commit", hot, sluice_connector_task.call_commit(), same, from_v0_2::result)
     }
 
     pub async fn task_stop(&mut self) -> Result<(), CallError> {
-        guest_call!(self, "stop", lifecycle, sluice_connector_task.call_stop())
+        guest_call!(self, "stop", lifecycle, sluice_connector_task.call_stop(), same, same)
+    }
+
+    /// The version of `sluice:connector` the plugin targets.
+    pub fn world_version(&self) -> &'static str {
+        match self.bindings {
+            World::V0_1(_) => "0.1.0",
+            World::V0_2(_) => "0.2.0",
+        }
     }
 }
 

@@ -215,9 +215,33 @@ impl DataDir {
         self.root.join("sluice.db")
     }
 
-    /// Compiled plugins, keyed by content and engine.
+    /// This data directory's own folder for compiled plugins (keyed by content and
+    /// engine). A worker uses it only when it exists; see [`DataDir::plugin_cache`].
     pub fn compile_cache(&self) -> PathBuf {
         self.root.join("compiled")
+    }
+
+    /// Where a worker on this data directory caches compiled plugins: `$SLUICE_COMPILE_CACHE`
+    /// when set; else this directory's own `compiled/` when it exists (made by an earlier
+    /// release, or on purpose); else the user's cache directory
+    /// (`$XDG_CACHE_HOME/sluice/compiled`, or `~/.cache/sluice/compiled`), which every data
+    /// directory of the user shares, so a new one starts without compiling anything again.
+    /// Entries are keyed by content and engine and written by rename, so workers on
+    /// different data directories share it safely.
+    pub fn plugin_cache(&self) -> PathBuf {
+        let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        if let Some(dir) = env("SLUICE_COMPILE_CACHE") {
+            return dir;
+        }
+        let own = self.compile_cache();
+        if own.exists() {
+            return own;
+        }
+        let user = env("XDG_CACHE_HOME").or_else(|| env("HOME").map(|home| home.join(".cache")));
+        match user {
+            Some(cache) if cache.is_absolute() => cache.join("sluice").join("compiled"),
+            _ => own,
+        }
     }
 
     /// This data directory's cluster id (what `GET /` reports as `kafka_cluster_id` for the

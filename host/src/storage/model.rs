@@ -34,6 +34,9 @@ pub enum State {
     Stopped,
     Failed,
     Restarting,
+    /// Not one of Kafka Connect's states: a task that said it is done (a bounded source
+    /// read to its end), or a connector all of whose tasks did.
+    Finished,
 }
 
 impl std::fmt::Display for State {

@@ -23,6 +23,7 @@ struct Settings {
     size: usize,
     batch: usize,
     rate: u64,
+    finish: bool,
 }
 
 impl Settings {
@@ -33,6 +34,7 @@ impl Settings {
             size: config.parse("record.size", 64)?,
             batch: config.parse::<usize>("batch.size", 100)?.max(1),
             rate: config.parse("records.per.second", 0)?,
+            finish: config.parse("finish", false)?,
         })
     }
 }
@@ -58,6 +60,12 @@ impl Connector for Counter {
             ConfigKey::optional("record.size", ConfigType::Int, "64", "Bytes per record value."),
             ConfigKey::optional("batch.size", ConfigType::Int, "100", "Records returned per poll."),
             ConfigKey::optional("records.per.second", ConfigType::Long, "0", "Rate per task; 0 is unlimited."),
+            ConfigKey::optional(
+                "finish",
+                ConfigType::Boolean,
+                "false",
+                "true: a task with a record.count reports itself done once it has produced them (its connector is then FINISHED).",
+            ),
         ]
     }
 
@@ -136,6 +144,10 @@ impl Task for CounterTask {
                 timestamp: None,
             })
             .collect())
+    }
+
+    fn is_done(&self) -> bool {
+        self.settings.finish && self.settings.count > 0 && self.next >= self.settings.count
     }
 }
 

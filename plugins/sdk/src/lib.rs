@@ -2,6 +2,10 @@
 //! call [`export_connector!`]. Build with `cargo build --release --target wasm32-wasip2`
 //! (crate type `cdylib`) and drop the `.wasm` into Sluice's plugin folder.
 //!
+//! The plugin targets `sluice:connector@0.2.0` (`wit/0.2.0/connector.wit`): the SDK turns
+//! the records a task returns into 0.2.0's `poll-batch` (each distinct partition and topic
+//! once), and [`Task::is_done`] into its `done` flag.
+//!
 //! A whole connector that counts, one partition per task:
 //!
 //! ```rust,ignore
@@ -54,7 +58,7 @@ use serde::de::DeserializeOwned;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "../../wit/0.2.0",
         world: "source-connector",
         pub_export_macro: true,
         export_macro_name: "export_bindings",
@@ -67,7 +71,85 @@ pub use bindings::sluice::connector::types::{
 };
 
 /// One record a task returns from `poll`.
-pub type Record = bindings::sluice::connector::types::SourceRecord;
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// The partition it was read from: a JSON object of primitive values.
+    pub partition: String,
+    /// How far the partition is read once this record is durable: a JSON object of
+    /// primitive values.
+    pub offset: String,
+    /// `None` makes an offset-only record (nothing is delivered; see [`Record::offset_only`]).
+    pub topic: Option<String>,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<Header>,
+    /// Milliseconds since the Unix epoch; `None` lets the host stamp it.
+    pub timestamp: Option<i64>,
+}
+
+#[doc(hidden)]
+pub mod batch {
+    use super::Record;
+    use crate::bindings::sluice::connector::types::{BatchRecord, PollBatch};
+
+    /// Past this many distinct partitions (or topics) a batch looks them up in a map
+    /// rather than by scanning.
+    const SCAN_LIMIT: usize = 16;
+
+    /// Each distinct text once, and its index.
+    #[derive(Default)]
+    struct Interner {
+        list: Vec<String>,
+        last: usize,
+        map: std::collections::HashMap<String, u32>,
+    }
+
+    impl Interner {
+        fn index(&mut self, text: String) -> u32 {
+            // Records of one batch mostly share a partition and a topic: the last one
+            // first.
+            if self.list.get(self.last) == Some(&text) {
+                return self.last as u32;
+            }
+            let found = if self.list.len() <= SCAN_LIMIT {
+                self.list.iter().position(|known| *known == text)
+            } else {
+                if self.map.len() != self.list.len() {
+                    self.map = self.list.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+                }
+                self.map.get(&text).map(|&i| i as usize)
+            };
+            let at = found.unwrap_or_else(|| {
+                // A map, once built, stays complete.
+                if !self.map.is_empty() {
+                    self.map.insert(text.clone(), self.list.len() as u32);
+                }
+                self.list.push(text);
+                self.list.len() - 1
+            });
+            self.last = at;
+            at as u32
+        }
+    }
+
+    /// What `poll` returns to the host.
+    pub fn from_records(records: Vec<Record>, done: bool) -> PollBatch {
+        let (mut partitions, mut topics) = (Interner::default(), Interner::default());
+        let records = records
+            .into_iter()
+            .map(|r| BatchRecord {
+                partition: partitions.index(r.partition),
+                offset: r.offset,
+                topic: r.topic.map(|t| topics.index(t)),
+                key: r.key,
+                value: r.value,
+                headers: r.headers,
+                timestamp: r.timestamp,
+            })
+            .collect();
+        PollBatch { partitions: partitions.list, topics: topics.list, records, done }
+    }
+}
 
 /// A connector or task config: string keys and values, as in Kafka Connect.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -200,6 +282,33 @@ pub mod offsets {
     }
 }
 
+/// Files the connector config grants (`sandbox.fs.read`, `sandbox.fs.write`): the sandbox
+/// sees nothing else, so a file outside every grant looks missing.
+pub mod fs {
+    use super::Error;
+
+    fn describe(path: &str, error: &std::io::Error) -> Error {
+        let hint = match error.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
+                "; if it exists, add its directory to sandbox.fs.read (the sandbox sees only granted directories)"
+            }
+            _ => "",
+        };
+        Error::Fatal(format!("cannot read {path}: {error}{hint}"))
+    }
+
+    /// The whole file at `path`; the error names the path and the grant it may need.
+    pub fn read(path: &str) -> Result<Vec<u8>, Error> {
+        std::fs::read(path).map_err(|e| describe(path, &e))
+    }
+
+    /// The whole file at `path` as UTF-8 text; the error names the path and the grant it
+    /// may need.
+    pub fn read_to_string(path: &str) -> Result<String, Error> {
+        std::fs::read_to_string(path).map_err(|e| describe(path, &e))
+    }
+}
+
 /// Ask the host to call `task_configs` again (only changed tasks are restarted).
 pub fn request_task_reconfiguration() {
     bindings::sluice::connector::connector_context::request_task_reconfiguration();
@@ -252,6 +361,13 @@ pub trait Task: Sized + 'static {
     /// The next records; empty means "nothing now": the host polls again after 1 ms,
     /// doubling to 1 s while polls stay empty.
     fn poll(&mut self) -> Result<Vec<Record>, Error>;
+    /// Asked after every `poll`: `true` says this task has produced everything it ever
+    /// will (a bounded source read to its end). The host delivers and commits what was
+    /// returned, calls `commit` and `stop`, and reports the task FINISHED; a connector is
+    /// FINISHED when all its tasks are, and `sluice run --until-done` then exits.
+    fn is_done(&self) -> bool {
+        false
+    }
     /// Called after the offsets of the records returned so far are durable.
     fn commit(&mut self) -> Result<(), Error> {
         Ok(())
@@ -320,8 +436,12 @@ macro_rules! export_connector {
                 __SLUICE_TASK.with_borrow_mut(|slot| *slot = ::std::option::Option::Some(task));
                 ::std::result::Result::Ok(())
             }
-            fn poll() -> ::std::result::Result<::std::vec::Vec<$crate::Record>, $crate::Error> {
-                __SLUICE_TASK.with_borrow_mut(|slot| <$task as $crate::Task>::poll(slot.as_mut().ok_or_else($crate::not_started)?))
+            fn poll() -> ::std::result::Result<$crate::bindings::sluice::connector::types::PollBatch, $crate::Error> {
+                __SLUICE_TASK.with_borrow_mut(|slot| {
+                    let task = slot.as_mut().ok_or_else($crate::not_started)?;
+                    let records = <$task as $crate::Task>::poll(task)?;
+                    ::std::result::Result::Ok($crate::batch::from_records(records, <$task as $crate::Task>::is_done(task)))
+                })
             }
             fn commit() -> ::std::result::Result<(), $crate::Error> {
                 __SLUICE_TASK.with_borrow_mut(|slot| <$task as $crate::Task>::commit(slot.as_mut().ok_or_else($crate::not_started)?))

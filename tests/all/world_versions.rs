@@ -1,0 +1,66 @@
+//! Both released versions of the world in one host: a `sluice:connector@0.1.0` plugin
+//! (`testkit`, built from its own 0.1.0 bindings, as a plugin built before 0.2.0 was) runs
+//! beside 0.2.0 plugins (the Rust SDK's `counter`), and 0.2.0's `done` flag finishes tasks
+//! and connectors.
+
+use sluice::storage::State;
+
+use crate::common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_1_0_plugin_runs_beside_0_2_0_plugins() {
+    let host = TestHost::new(&["testkit", "counter"]).await;
+    let registry = host.herder.registry();
+    assert_eq!(registry.get("testkit").unwrap().pre().version(), "0.1.0");
+    assert_eq!(registry.get("counter").unwrap().pre().version(), "0.2.0");
+
+    host.start(connector("old", "testkit", &[("topic", "old"), ("tasks.max", "2"), ("record.count", "40")])).await;
+    host.start(connector("new", "counter", &[("topic", "new"), ("tasks.max", "2"), ("record.count", "40")])).await;
+    let (old, new) = wait_until("both versions delivered every record", || {
+        let (old, new) = (host.values("old"), host.values("new"));
+        (old.len() >= 80 && new.len() >= 80).then_some((old, new))
+    })
+    .await;
+    for task in 0..2 {
+        assert_eq!(values_of(&old, &task.to_string()), sequence(&task.to_string(), 40), "0.1.0 task {task}");
+        let counted: Vec<&String> = new.iter().filter(|v| v.starts_with(&format!("{task}-"))).collect();
+        assert_eq!(counted.len(), 40, "0.2.0 task {task}");
+        assert_eq!(host.seq("new", &format!(r#"{{"counter":{task}}}"#)), Some(39));
+    }
+    // Neither finishes: 0.1.0 cannot say so, and this counter was not asked to.
+    for name in ["old", "new"] {
+        let status = host.status(name).unwrap();
+        assert_eq!(status.connector.state, State::Running, "{name}: {status:?}");
+        assert!(status.tasks.iter().all(|t| t.state == State::Running), "{name}: {status:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_that_are_done_finish_their_connector_with_every_record_committed() {
+    let host = TestHost::new(&["counter"]).await;
+    let config = [("topic", "done"), ("tasks.max", "3"), ("record.count", "250"), ("finish", "true")];
+    host.start(connector("bounded", "counter", &config)).await;
+    let status = host.wait_state("bounded", State::Finished).await;
+    assert_eq!(status.tasks.len(), 3);
+    assert!(status.tasks.iter().all(|t| t.state == State::Finished && t.trace.is_none()), "{status:?}");
+    let values = host.values("done");
+    assert_eq!(values.len(), 750, "every record once");
+    for task in 0..3 {
+        assert_eq!(host.seq("bounded", &format!(r#"{{"counter":{task}}}"#)), Some(249), "task {task}'s last offset");
+    }
+
+    // A restart of a finished connector resumes after the last record: nothing again.
+    host.herder
+        .restart(&sluice::storage::Namespace::new(sluice::config::DEFAULT_TENANT, "bounded"), true, false)
+        .await
+        .unwrap();
+    wait_until("the restarted connector finished again", || {
+        let status = host.status("bounded")?;
+        (status.connector.state == State::Finished
+            && status.tasks.len() == 3
+            && status.tasks.iter().all(|t| t.state == State::Finished))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(host.values("done").len(), 750, "a restart sent nothing twice");
+}
