@@ -1,15 +1,19 @@
 //! `sluice new connector NAME --lang rust|python|js`: each template is created by the
 //! binary, copied elsewhere (the Rust project carries its own copy of the SDK), built with
-//! the steps it prints, and run by `sluice run`; a second run with three tasks instead of
-//! one and a larger `record.count` must resume every stream after its committed offset:
-//! every record exactly once, although the streams moved between tasks.
+//! the steps it prints, and run by `sluice run --until-done`, which must exit 0 once its
+//! tasks say they are done. A second run with three tasks instead of one, a larger
+//! `record.count` and its message read from a granted file must resume every stream after
+//! its committed offset: every record exactly once, although the streams moved between
+//! tasks. A file outside every grant fails the task with a hint naming `sandbox.fs.read`;
+//! an exception added to `poll` (a Python `raise`, a JavaScript `throw`, a Rust `panic!`)
+//! fails it with its own message leading the trace, and `--until-done` exits 1.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Command, Output};
 
 use sluice::config::DEFAULT_TENANT;
 
-use crate::{run, sluice, wait_until};
+use crate::{run, sluice};
 
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -35,10 +39,11 @@ fn build(project: &Path, steps: &[String]) {
     }
 }
 
-fn start(project: &Path, data: &Path) -> Child {
+/// `sluice run --until-done` of the project's connector file.
+fn run_until_done(project: &Path, data: &Path) -> Output {
     let mut command = sluice();
-    command.current_dir(project).args(["run", "--plugin-path", "."]).arg("--data-dir").arg(data);
-    command.arg("connector.json").spawn().unwrap()
+    command.current_dir(project).args(["run", "--until-done", "--plugin-path", "."]).arg("--data-dir").arg(data);
+    command.arg("connector.json").output().unwrap()
 }
 
 fn values(data: &Path, topic: &str) -> Vec<String> {
@@ -50,44 +55,49 @@ fn values(data: &Path, topic: &str) -> Vec<String> {
 /// The templates' default streams.
 const STREAMS: [&str; 4] = ["north", "south", "east", "west"];
 
-/// Every stream's messages 0..count, sorted.
-fn expected(count: u64) -> Vec<String> {
-    let mut all: Vec<String> = STREAMS
-        .iter()
-        .flat_map(|stream| (0..count).map(move |n| format!(r#"{{"stream":"{stream}","n":{n},"message":"hello"}}"#)))
-        .collect();
-    all.sort();
-    all
+/// Runs the project until its tasks are done; the run must end by itself with 0.
+fn run_to_the_end(project: &Path, data: &Path, lang: &str) {
+    let output = run_until_done(project, data);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{lang}: --until-done did not exit 0:\n{stderr}");
+    assert!(stderr.contains("every connector is FINISHED"), "{lang}: {stderr}");
 }
 
-/// Runs the built project until it has sent `count` records per stream, then stops it.
-fn run_until(project: &Path, data: &Path, name: &str, count: u64) {
-    let mut child = start(project, data);
-    let total = count * STREAMS.len() as u64;
-    wait_until(&format!("{name} to send {total} records"), || (values(data, name).len() as u64 >= total).then_some(()));
-    child.kill().unwrap();
-    child.wait().unwrap();
-}
-
-/// Each stream's messages in the topic are 0, 1, 2, ... in order, and together exactly
-/// `expected(count)`: nothing lost, nothing sent twice.
-fn assert_exactly_once(values: &[String], count: u64, lang: &str) {
+/// Each stream's messages in the topic are 0, 1, 2, ... `count - 1` in order, each once,
+/// and message `n` says `message(n)`.
+fn assert_exactly_once(values: &[String], count: u64, lang: &str, message: impl Fn(u64) -> &'static str) {
+    assert_eq!(values.len() as u64, count * STREAMS.len() as u64, "{lang}: records lost or repeated: {values:?}");
     for stream in STREAMS {
-        let numbers: Vec<u64> = values
+        let sent: Vec<serde_json::Value> = values
             .iter()
             .map(|v| serde_json::from_str::<serde_json::Value>(v).unwrap())
             .filter(|v| v["stream"] == stream)
-            .map(|v| v["n"].as_u64().unwrap())
             .collect();
+        let numbers: Vec<u64> = sent.iter().map(|v| v["n"].as_u64().unwrap()).collect();
         assert!(numbers.iter().copied().eq(0..count), "{lang}: stream {stream} sent {numbers:?}");
+        for value in sent {
+            let n = value["n"].as_u64().unwrap();
+            assert_eq!(value["message"], message(n), "{lang}: stream {stream} message {n}");
+        }
     }
-    let mut sorted = values.to_vec();
-    sorted.sort();
-    assert_eq!(sorted, expected(count), "{lang}: records lost or repeated");
 }
 
-/// `prepare` readies the project for this machine and returns the printed steps to skip.
-fn build_and_run(lang: &str, prepare: impl FnOnce(&Path) -> Vec<&'static str>) {
+/// Sets `key` to `value` in the project's connector file.
+fn set(project: &Path, key: &str, value: &str) {
+    let file = project.join("connector.json");
+    let mut connector: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    connector["config"][key] = value.into();
+    std::fs::write(&file, serde_json::to_string_pretty(&connector).unwrap()).unwrap();
+}
+
+/// `prepare` readies the project for this machine and returns the printed steps to skip;
+/// `source` and `anchor` say where an exception goes (before the anchor, in `poll`), and
+/// `exception` is the statement that raises it with `boom from <lang>`.
+fn build_and_run(
+    lang: &str,
+    prepare: impl FnOnce(&Path) -> Vec<&'static str>,
+    (source, anchor, exception): (&str, &str, &str),
+) {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("hello-{lang}");
     let generated = dir.path().join("generated").join(&name);
@@ -103,68 +113,115 @@ fn build_and_run(lang: &str, prepare: impl FnOnce(&Path) -> Vec<&'static str>) {
         assert!(!text.contains(repo().to_str().unwrap()), "{file} points into the checkout: {text}");
     }
     let skip = prepare(&project);
-    build(&project, &steps.into_iter().filter(|s| !skip.contains(&s.as_str())).collect::<Vec<_>>());
+    let steps: Vec<String> = steps.into_iter().filter(|s| !skip.contains(&s.as_str())).collect();
+    build(&project, &steps);
     assert!(project.join(format!("{name}.wasm")).exists(), "the build made no {name}.wasm");
 
     let data = dir.path().join("data");
-    run_until(&project, &data, &name, 10);
-    assert_exactly_once(&values(&data, &name), 10, lang);
-    // Run again with more tasks and more messages: the streams move to other tasks, which
-    // resume after each stream's committed offset.
-    let connector = project.join("connector.json");
-    let text = std::fs::read_to_string(&connector).unwrap();
-    let resized = text.replace(r#""record.count": "10""#, r#""record.count": "15""#);
-    let resized = resized.replace(r#""tasks.max": "1""#, r#""tasks.max": "3""#);
-    assert_ne!(resized, text);
-    std::fs::write(&connector, resized).unwrap();
-    run_until(&project, &data, &name, 15);
-    assert_exactly_once(&values(&data, &name), 15, lang);
+    run_to_the_end(&project, &data, lang);
+    assert_exactly_once(&values(&data, &name), 10, lang, |_| "hello");
+
+    // Again with more tasks and more messages, each read from a granted file: the streams
+    // move to other tasks, which resume after each stream's committed offset.
+    let granted = dir.path().join("granted");
+    std::fs::create_dir_all(&granted).unwrap();
+    std::fs::write(granted.join("message.txt"), "hello from a file\n").unwrap();
+    set(&project, "record.count", "15");
+    set(&project, "tasks.max", "3");
+    set(&project, "message.file", granted.join("message.txt").to_str().unwrap());
+    set(&project, "sandbox.fs.read", granted.to_str().unwrap());
+    run_to_the_end(&project, &data, lang);
+    assert_exactly_once(&values(&data, &name), 15, lang, |n| if n < 10 { "hello" } else { "hello from a file" });
+
+    // A file outside every grant: the task fails, and the trace says which grant to add.
+    let outside = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("message.txt"), "not granted\n").unwrap();
+    set(&project, "record.count", "20");
+    set(&project, "message.file", outside.join("message.txt").to_str().unwrap());
+    let output = run_until_done(&project, &data);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{lang}: {stderr}");
+    let failure = stderr.split_once("FAILED: ").map_or("", |(_, trace)| trace);
+    assert!(failure.contains("cannot read") && failure.contains("sandbox.fs.read"), "{lang}: {stderr}");
+    assert_eq!(values(&data, &name).len(), 60, "{lang}: a failed start sent nothing");
+
+    // A bug in `poll`: its own message leads the trace, before the wasm backtrace.
+    set(&project, "message.file", "");
+    let code = std::fs::read_to_string(project.join(source)).unwrap();
+    assert!(code.contains(anchor), "{lang}: no {anchor:?} in {source}");
+    std::fs::write(project.join(source), code.replacen(anchor, &format!("{exception}{anchor}"), 1)).unwrap();
+    build(&project, &steps);
+    let output = run_until_done(&project, &data);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{lang}: {stderr}");
+    let failure = stderr.split_once("FAILED: ").map_or("", |(_, trace)| trace);
+    let boom = failure.find(&format!("boom from {lang}")).unwrap_or_else(|| panic!("{lang}: {stderr}"));
+    let trap = failure.find("trap in poll").unwrap_or_else(|| panic!("{lang}: {stderr}"));
+    assert!(boom < trap, "{lang}: the guest's message must lead the trace:\n{failure}");
 }
 
 #[test]
 fn rust_template_builds_and_runs() {
-    build_and_run("rust", |project| {
-        // Share the plugins' wasm build folder (its dependencies are already compiled)
-        // and build offline from the crates that build downloaded.
-        std::os::unix::fs::symlink(repo().join("target/wasm"), project.join("target")).unwrap();
-        std::fs::create_dir_all(project.join(".cargo")).unwrap();
-        std::fs::write(project.join(".cargo/config.toml"), "[net]\noffline = true\n").unwrap();
-        vec![]
-    });
+    build_and_run(
+        "rust",
+        |project| {
+            // Share the plugins' wasm build folder (its dependencies are already compiled)
+            // and build offline from the crates that build downloaded.
+            std::os::unix::fs::symlink(repo().join("target/wasm"), project.join("target")).unwrap();
+            std::fs::create_dir_all(project.join(".cargo")).unwrap();
+            std::fs::write(project.join(".cargo/config.toml"), "[net]\noffline = true\n").unwrap();
+            vec![]
+        },
+        ("src/lib.rs", "        let mut records = Vec::new();", "        panic!(\"boom from rust\");\n"),
+    );
 }
 
 #[test]
 fn python_template_builds_and_runs() {
-    build_and_run("python", |project| {
-        // The user installed componentize-py (the generated README says how); the build of
-        // this repository installed the same pinned release privately: put it on PATH.
-        let bin = project.join(TEST_BIN);
-        std::fs::create_dir_all(&bin).unwrap();
-        let shim = bin.join("componentize-py");
-        std::fs::write(&shim, format!("#!/bin/sh\nexec {} \"$@\"\n", env!("SLUICE_COMPONENTIZE_PY"))).unwrap();
-        std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        vec![]
-    });
+    build_and_run(
+        "python",
+        |project| {
+            // The user installed componentize-py (the generated README says how); the build of
+            // this repository installed the same pinned release privately: put it on PATH.
+            let bin = project.join(TEST_BIN);
+            std::fs::create_dir_all(&bin).unwrap();
+            let shim = bin.join("componentize-py");
+            std::fs::write(&shim, format!("#!/bin/sh\nexec {} \"$@\"\n", env!("SLUICE_COMPONENTIZE_PY"))).unwrap();
+            std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            vec![]
+        },
+        (
+            "app.py",
+            "        count = int(State.values[\"record.count\"])",
+            "        raise ValueError(\"boom from python\")\n",
+        ),
+    );
 }
 
 #[test]
 fn javascript_template_builds_and_runs() {
-    build_and_run("js", |project| {
-        // The template pins the packages that ndjson-replay's lock file installed;
-        // use that install rather than fetching it again, so `npm install` is skipped.
-        let template: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(project.join("package.json")).unwrap()).unwrap();
-        let ours: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(repo().join("plugins/ndjson-replay/package.json")).unwrap())
-                .unwrap();
-        assert_eq!(
-            template["devDependencies"], ours["devDependencies"],
-            "the template and ndjson-replay pin different versions"
-        );
-        std::os::unix::fs::symlink(repo().join("plugins/ndjson-replay/node_modules"), project.join("node_modules"))
+    build_and_run(
+        "js",
+        |project| {
+            // The template pins the packages that ndjson-replay's lock file installed;
+            // use that install rather than fetching it again, so `npm install` is skipped.
+            let template: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(project.join("package.json")).unwrap()).unwrap();
+            let ours: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(repo().join("plugins/ndjson-replay/package.json")).unwrap(),
+            )
             .unwrap();
-        vec!["npm install"]
-    });
+            assert_eq!(
+                template["devDependencies"], ours["devDependencies"],
+                "the template and ndjson-replay pin different versions"
+            );
+            std::os::unix::fs::symlink(repo().join("plugins/ndjson-replay/node_modules"), project.join("node_modules"))
+                .unwrap();
+            vec!["npm install"]
+        },
+        ("connector.js", "    const records = [];", "    throw new Error('boom from js');\n"),
+    );
 }
 
 #[test]

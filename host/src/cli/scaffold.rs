@@ -15,12 +15,13 @@ pub enum Lang {
     Js,
 }
 
-const WIT: &str = include_str!("../../../wit/connector.wit");
+/// `sluice:connector@0.2.0`, which every template (and the Rust SDK) targets.
+const WIT: &str = include_str!("../../../wit/0.2.0/connector.wit");
 
 /// The Rust SDK's source, written into a Rust project as `sluice-connector/`, where the WIT
 /// world sits beside it rather than two folders up.
 const SDK_LIB: &str = include_str!("../../../plugins/sdk/src/lib.rs");
-const SDK_WIT_PATH_IN_CHECKOUT: &str = r#"path: "../../wit","#;
+const SDK_WIT_PATH_IN_CHECKOUT: &str = r#"path: "../../wit/0.2.0","#;
 const SDK_WIT_PATH_IN_PROJECT: &str = r#"path: "wit","#;
 /// The workspace manifest, for the wit-bindgen release the SDK is built with here.
 const WORKSPACE_MANIFEST: &str = include_str!("../../../Cargo.toml");
@@ -47,8 +48,14 @@ fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
         Lang::Python => &[("app.py", include_str!("../../templates/python/app.py")), ("wit/connector.wit", WIT)],
         Lang::Js => &[
             ("connector.js", include_str!("../../templates/js/connector.js")),
+            ("files.js", include_str!("../../templates/js/files.js")),
             ("package.json", include_str!("../../templates/js/package.json")),
             ("wit/connector.wit", WIT),
+            ("wit/files.wit", include_str!("../../templates/js/wit/files.wit")),
+            // WASI's filesystem and what it uses, as wasmtime-wasi 48 ships them.
+            ("wit/deps/io.wit", include_str!("../../templates/js/wit/deps/io.wit")),
+            ("wit/deps/clocks.wit", include_str!("../../templates/js/wit/deps/clocks.wit")),
+            ("wit/deps/filesystem.wit", include_str!("../../templates/js/wit/deps/filesystem.wit")),
         ],
     }
 }

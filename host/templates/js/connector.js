@@ -4,16 +4,23 @@
 //
 // Each record's source partition names the stream it comes from, never the task that read
 // it: when `tasks.max` changes, streams move between tasks and each new owner resumes after
-// that stream's committed offset, so nothing is sent twice or skipped.
+// that stream's committed offset, so nothing is sent twice or skipped. A task whose
+// streams have all sent `record.count` messages says it is done (`sluice run --until-done`
+// exits once every task is).
+//
+// It targets sluice:connector@0.2.0 (wit/connector.wit) with the WASI filesystem added
+// (wit/files.wit), which `files.js` uses to read `message.file`.
 
-import { offsets } from 'sluice:connector/offset-storage-reader@0.1.0';
-import { log } from 'sluice:connector/log@0.1.0';
+import { offsets } from 'sluice:connector/offset-storage-reader@0.2.0';
+import { log } from 'sluice:connector/log@0.2.0';
+import { readTextFile } from './files.js';
 
 const CONFIG_DEF = [
   { name: 'topic', type: 'string', defaultValue: '{{name}}', importance: 'high', documentation: 'Destination topic.' },
   { name: 'streams', type: 'list', defaultValue: 'north,south,east,west', importance: 'high', documentation: 'The sources to read.' },
   { name: 'message', type: 'string', defaultValue: 'hello', importance: 'medium', documentation: 'The text of every record.' },
   { name: 'record.count', type: 'long', defaultValue: '10', importance: 'medium', documentation: 'Records per stream; 0 is endless.' },
+  { name: 'message.file', type: 'string', defaultValue: '', importance: 'low', documentation: 'A file whose text is the message instead (its directory must be in sandbox.fs.read).' },
 ];
 
 function settings(config) {
@@ -60,6 +67,14 @@ export const connector = {
 export const task = {
   start(config) {
     const values = settings(config);
+    if (values['message.file'] !== '') {
+      // A file that cannot be read fails the task with the reason (and the grant to add).
+      try {
+        values.message = readTextFile(values['message.file']).trim();
+      } catch (error) {
+        throw { tag: 'fatal', val: error.message };
+      }
+    }
     const names = streamsOf(values);
     // Every stream this task now owns resumes after its committed offset (one call).
     const committed = offsets(names.map(partition));
@@ -69,31 +84,34 @@ export const task = {
       next.set(name, offset === undefined ? 0 : JSON.parse(offset).n + 1);
       log('info', `stream ${name} starts at message ${next.get(name)}`);
     });
-    state = { values, next, count: Number(values['record.count']) };
+    // A batch names each partition and topic once; records refer to them by index.
+    state = { values, next, count: Number(values['record.count']), partitions: names.map(partition) };
   },
-  // Up to 100 records, taken in turn from the streams that have more. An empty list means
-  // nothing to send now: the host calls again after a short pause (up to 1 s).
+  // Up to 100 records, taken in turn from the streams that have more. No records (and not
+  // done) means nothing to send now: the host calls again after a short pause (up to 1 s).
   poll() {
     const records = [];
-    while (records.length < 100) {
-      const before = records.length;
-      for (const [name, n] of state.next) {
-        if (state.count !== 0 && n >= state.count) continue;
+    const streams = [...state.next.keys()];
+    const more = (name) => state.count === 0 || state.next.get(name) < state.count;
+    while (records.length < 100 && streams.some(more)) {
+      streams.forEach((name, index) => {
+        if (!more(name)) return;
+        const n = state.next.get(name);
         const value = JSON.stringify({ stream: name, n, message: state.values.message });
         records.push({
-          partition: partition(name),
+          partition: index,
           offset: JSON.stringify({ n }),
-          topic: state.values.topic,
+          topic: 0,
           key: undefined,
           value: encoder.encode(value),
           headers: [],
           timestamp: undefined,
         });
         state.next.set(name, n + 1);
-      }
-      if (records.length === before) break;
+      });
     }
-    return records;
+    const done = !streams.some(more);
+    return { partitions: state.partitions, topics: [state.values.topic], records, done };
   },
   commit() {},
   stop() {},

@@ -4,21 +4,53 @@ them among its tasks, and sends `record.count` messages per stream to `topic`.
 
 Each record's source partition names the stream it comes from, never the task that read
 it: when `tasks.max` changes, streams move between tasks and each new owner resumes after
-that stream's committed offset, so nothing is sent twice or skipped."""
+that stream's committed offset, so nothing is sent twice or skipped. A task whose
+streams have all sent `record.count` messages says it is done (`sluice run --until-done`
+exits once every task is).
+
+It targets sluice:connector@0.2.0 (wit/connector.wit)."""
 
 import json
 
 from componentize_py_types import Err
 from wit_world import exports
 from wit_world.imports import log, offset_storage_reader
-from wit_world.imports.types import ConfigKey, ConfigType, ConnectorError_InvalidConfig, Importance, SourceRecord
+from wit_world.imports.types import (
+    BatchRecord,
+    ConfigKey,
+    ConfigType,
+    ConnectorError_Fatal,
+    ConnectorError_InvalidConfig,
+    Importance,
+    PollBatch,
+)
 
 CONFIG_DEF = [
     ConfigKey("topic", ConfigType.STRING, "{{name}}", Importance.HIGH, "Destination topic."),
     ConfigKey("streams", ConfigType.LIST, "north,south,east,west", Importance.HIGH, "The sources to read."),
     ConfigKey("message", ConfigType.STRING, "hello", Importance.MEDIUM, "The text of every record."),
     ConfigKey("record.count", ConfigType.LONG, "10", Importance.MEDIUM, "Records per stream; 0 is endless."),
+    ConfigKey(
+        "message.file",
+        ConfigType.STRING,
+        "",
+        Importance.LOW,
+        "A file whose text is the message instead (its directory must be in sandbox.fs.read).",
+    ),
 ]
+
+
+def read_text_file(path):
+    """The text of a file in a directory the connector config grants (`sandbox.fs.read`).
+    The sandbox sees nothing else: a file outside every grant looks missing."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except OSError as error:
+        hint = ""
+        if isinstance(error, (FileNotFoundError, PermissionError)):
+            hint = "; if it exists, add its directory to sandbox.fs.read (the sandbox sees only granted directories)"
+        raise Err(ConnectorError_Fatal(f"cannot read {path}: {error.strerror}{hint}"))
 
 
 def settings(config):
@@ -42,6 +74,7 @@ class State:
     config = []
     values = {}
     next = {}  # stream -> the next message number
+    partitions = []  # the task's streams' partitions, which a batch names once
 
 
 class Connector(exports.Connector):
@@ -79,7 +112,10 @@ class Connector(exports.Connector):
 class Task(exports.Task):
     def start(self, config):
         State.values = settings(config)
+        if State.values["message.file"]:
+            State.values["message"] = read_text_file(State.values["message.file"]).strip()
         names = streams(State.values)
+        State.partitions = [partition(name) for name in names]
         # Every stream this task now owns resumes after its committed offset (one call).
         committed = offset_storage_reader.offsets([partition(name) for name in names])
         State.next = {}
@@ -88,21 +124,28 @@ class Task(exports.Task):
             log.log(log.Level.INFO, f"stream {name} starts at message {State.next[name]}")
 
     def poll(self):
-        """Up to 100 records, taken in turn from the streams that have more. An empty list
-        means nothing to send now: the host calls again after a short pause (up to 1 s)."""
+        """Up to 100 records, taken in turn from the streams that have more. A batch names
+        each partition and topic once; its records refer to them by index. No records (and
+        not done) means nothing to send now: the host calls again after a short pause (up
+        to 1 s)."""
         count = int(State.values["record.count"])
+        names = list(State.next)
+
+        def more(name):
+            return count == 0 or State.next[name] < count
+
         records = []
-        while len(records) < 100:
-            before = len(records)
-            for name, n in State.next.items():
-                if count and n >= count:
+        while len(records) < 100 and any(more(name) for name in names):
+            for index, name in enumerate(names):
+                if not more(name):
                     continue
+                n = State.next[name]
                 value = {"stream": name, "n": n, "message": State.values["message"]}
                 records.append(
-                    SourceRecord(
-                        partition=partition(name),
+                    BatchRecord(
+                        partition=index,
                         offset=json.dumps({"n": n}),
-                        topic=State.values["topic"],
+                        topic=0,
                         key=None,
                         value=json.dumps(value, separators=(",", ":")).encode(),
                         headers=[],
@@ -110,9 +153,8 @@ class Task(exports.Task):
                     )
                 )
                 State.next[name] = n + 1
-            if len(records) == before:
-                break
-        return records
+        done = not any(more(name) for name in names)
+        return PollBatch(partitions=State.partitions, topics=[State.values["topic"]], records=records, done=done)
 
     def commit(self):
         pass

@@ -4,7 +4,9 @@
 //!
 //! Each record's source partition names the stream it comes from, never the task that
 //! read it: when `tasks.max` changes, streams move between tasks and each new owner
-//! resumes after that stream's committed offset, so nothing is sent twice or skipped.
+//! resumes after that stream's committed offset, so nothing is sent twice or skipped. A
+//! task whose streams have all sent `record.count` messages says it is done
+//! (`sluice run --until-done` exits once every task is).
 
 use serde::{Deserialize, Serialize};
 use sluice_connector::{Config, ConfigKey, ConfigType, Connector, Error, Record, Task, log, offsets};
@@ -41,6 +43,12 @@ impl Connector for Greeter {
             ConfigKey::optional("streams", ConfigType::List, "north,south,east,west", "The sources to read."),
             ConfigKey::optional("message", ConfigType::String, "hello", "The text of every record."),
             ConfigKey::optional("record.count", ConfigType::Long, "10", "Records per stream; 0 is endless."),
+            ConfigKey::optional(
+                "message.file",
+                ConfigType::String,
+                "",
+                "A file whose text is the message instead (its directory must be in sandbox.fs.read).",
+            ),
         ]
     }
 
@@ -91,16 +99,22 @@ impl Task for GreeterTask {
         for stream in &streams {
             log::info(&format!("stream {} starts at message {}", stream.name, stream.next));
         }
+        let message = match config.get("message.file").filter(|path| !path.is_empty()) {
+            // The error names the file and, if it looks missing, the grant it needs.
+            Some(path) => sluice_connector::fs::read_to_string(path)?.trim().to_string(),
+            None => config.get("message").unwrap_or("hello").to_string(),
+        };
         Ok(GreeterTask {
             topic: config.get("topic").unwrap_or("{{name}}").to_string(),
-            message: config.get("message").unwrap_or("hello").to_string(),
+            message,
             count: config.parse("record.count", 10)?,
             streams,
         })
     }
 
-    /// Up to 100 records, taken in turn from the streams that have more. An empty batch
-    /// means nothing to send now: the host calls again after a short pause (growing to 1 s).
+    /// Up to 100 records, taken in turn from the streams that have more. No records (and
+    /// not done) means nothing to send now: the host calls again after a short pause
+    /// (growing to 1 s).
     fn poll(&mut self) -> Result<Vec<Record>, Error> {
         let mut records = Vec::new();
         let count = self.count;
@@ -117,6 +131,11 @@ impl Task for GreeterTask {
             }
         }
         Ok(records)
+    }
+
+    /// Done once every stream sent `record.count` messages (never when it is 0).
+    fn is_done(&self) -> bool {
+        self.count > 0 && self.streams.iter().all(|s| s.next >= self.count)
     }
 }
 
