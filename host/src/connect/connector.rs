@@ -76,6 +76,8 @@ pub(super) struct ConnectorRun {
     pub(super) reconfigure: Arc<Notify>,
     /// A task finished: time to see whether all have.
     pub(super) finished: Arc<Notify>,
+    /// Bumped at every reconfiguration request, so idle tasks poll again at once.
+    pub(super) wake: watch::Sender<u64>,
     /// Index = task id; empty until the first `task-configs`.
     pub(super) tasks: Vec<TaskHandle>,
     /// `true` while the connector is paused (its tasks do not poll, it does not tick).
@@ -221,6 +223,7 @@ impl ConnectorRun {
                     Some(Ok(Ok(()))) => {}
                 },
                 _ = reconfigure.notified() => {
+                    self.wake.send_modify(|requests| *requests += 1);
                     if let Some(trace) = self.reconfigure(&mut instance).await {
                         return InstanceEnd::Failed(trace);
                     }
@@ -355,6 +358,7 @@ impl ConnectorRun {
             metrics: self.metrics.clone(),
             reconfigure: self.reconfigure.clone(),
             finished: self.finished.clone(),
+            wake: self.wake.subscribe(),
             paused: self.paused.clone(),
         };
         self.services.board.set_task(&self.namespace, task, State::Unassigned, None, 0);

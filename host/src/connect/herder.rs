@@ -302,6 +302,7 @@ impl Herder {
             metrics: metrics.clone(),
             reconfigure: Arc::new(Notify::new()),
             finished: Arc::new(Notify::new()),
+            wake: tokio::sync::watch::Sender::new(0),
             tasks: Vec::new(),
             paused: paused_rx,
         };

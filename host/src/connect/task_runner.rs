@@ -35,6 +35,9 @@ pub struct TaskSpec {
     pub reconfigure: Arc<Notify>,
     /// Told when this task finishes, so the connector can see whether all have.
     pub finished: Arc<Notify>,
+    /// Changes at every reconfiguration request of the connector: an idle task polls
+    /// again at once rather than at the end of its backoff.
+    pub wake: tokio::sync::watch::Receiver<u64>,
     /// `true` while the connector is paused: the task does not poll.
     pub paused: tokio::sync::watch::Receiver<bool>,
 }
@@ -64,9 +67,9 @@ const DELIVERY_RETRY_BACKOFF: RestartPolicy =
     RestartPolicy { enabled: true, initial_backoff: Duration::from_secs(1), max_backoff: Duration::from_secs(30) };
 
 /// Longest pause between polls that returned nothing (Kafka Connect's file source waits
-/// 1 s too). A pause ends at once on a stop, a pause or a reconfiguration (which stops the
-/// tasks it changes), so only a source that really has nothing waits this long; thousands
-/// of idle tasks then cost little CPU.
+/// 1 s too). A pause ends at once on a stop, a pause or a reconfiguration request of the
+/// connector, so only a source that really has nothing waits this long; thousands of idle
+/// tasks then cost little CPU.
 const MAX_IDLE_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Runs the task until a stop is requested; it is stopped by the stop's deadline.
@@ -150,6 +153,8 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     let mut last_usage_report = Instant::now();
     let mut reported_usage = None;
     let mut paused = spec.paused.clone();
+    let mut wake = spec.wake.clone();
+    wake.mark_unchanged();
     let counters = spec.metrics.task(spec.task);
     // The batch being delivered while the next one is polled: one at a time, in order, so
     // a partition's offsets still commit in order; settled before anything else happens
@@ -231,6 +236,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 _ = tokio::time::sleep(idle) => {}
                 _ = stop.changed() => {}
                 _ = paused.changed() => {}
+                _ = wake.changed() => idle = Duration::ZERO,
             }
         } else {
             idle = Duration::ZERO;

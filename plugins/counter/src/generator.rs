@@ -25,6 +25,10 @@ pub fn batch(task: u32, next: u64, batch: usize, count: u64, size: usize) -> Vec
         0 => next.saturating_add(batch as u64),
         count => count.min(next.saturating_add(batch as u64)),
     };
+    if end <= next {
+        // Nothing to make: an idle task's poll costs next to nothing.
+        return Vec::new();
+    }
     let partition = format!("{{\"counter\":{task}}}");
     (next..end)
         .map(|seq| Generated {
