@@ -17,10 +17,89 @@ pub fn canonical_object(text: &str) -> Result<String, String> {
     Ok(Value::Object(Map::from_iter(map)).to_string())
 }
 
+/// Whether `text` is, plainly, a JSON object of primitives: no whitespace, keys and string
+/// values of printable ASCII without escapes, values that are such strings, `true`,
+/// `false`, `null` or integers of at most 19 digits. Most offsets are written so; anything
+/// else (floats, escapes, other text) is left to the full parser, so this only ever says
+/// yes to what the parser accepts.
+fn plainly_an_object_of_primitives(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    let string = |at: &mut usize| -> bool {
+        if bytes.get(*at) != Some(&b'"') {
+            return false;
+        }
+        *at += 1;
+        while let Some(&b) = bytes.get(*at) {
+            *at += 1;
+            match b {
+                b'"' => return true,
+                b'\\' => return false,
+                0x20..=0x7e => {}
+                _ => return false,
+            }
+        }
+        false
+    };
+    let integer = |at: &mut usize| -> bool {
+        if bytes.get(*at) == Some(&b'-') {
+            *at += 1;
+        }
+        let start = *at;
+        while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
+            *at += 1;
+        }
+        let digits = *at - start;
+        (1..=19).contains(&digits) && (digits == 1 || bytes[start] != b'0')
+    };
+    if bytes.first() != Some(&b'{') {
+        return false;
+    }
+    at += 1;
+    if bytes.get(at) == Some(&b'}') {
+        return at + 1 == bytes.len();
+    }
+    loop {
+        if !string(&mut at) || bytes.get(at) != Some(&b':') {
+            return false;
+        }
+        at += 1;
+        let value = match bytes.get(at) {
+            Some(b'"') => string(&mut at),
+            Some(b't') if bytes[at..].starts_with(b"true") => {
+                at += 4;
+                true
+            }
+            Some(b'f') if bytes[at..].starts_with(b"false") => {
+                at += 5;
+                true
+            }
+            Some(b'n') if bytes[at..].starts_with(b"null") => {
+                at += 4;
+                true
+            }
+            Some(b'-' | b'0'..=b'9') => integer(&mut at),
+            _ => false,
+        };
+        if !value {
+            return false;
+        }
+        match bytes.get(at) {
+            Some(b',') => at += 1,
+            Some(b'}') => return at + 1 == bytes.len(),
+            _ => return false,
+        }
+    }
+}
+
 /// Checks that `text` is a JSON object of primitive values without building it (the
 /// per-record check; [`canonical_object`] is kept for what is stored and compared).
 pub fn check_object(text: &str) -> Result<(), String> {
     use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+    if plainly_an_object_of_primitives(text) {
+        return Ok(());
+    }
 
     /// Accepts a primitive; consumes and reports a nested array or object.
     struct Primitive(bool);
@@ -136,5 +215,73 @@ mod tests {
             assert_eq!(check_object(text).is_ok(), canonical_object(text).is_ok(), "{text}");
         }
         assert!(check_object(r#"{"a":[1,2]}"#).unwrap_err().contains("\"a\""));
+    }
+
+    /// What the full parser says, without the fast path.
+    fn parsed_as_object_of_primitives(text: &str) -> bool {
+        serde_json::from_str::<Map<String, Value>>(text)
+            .is_ok_and(|map| map.values().all(|v| !v.is_object() && !v.is_array()))
+    }
+
+    #[test]
+    fn the_fast_offset_check_only_accepts_what_the_parser_accepts() {
+        for text in [
+            "{}",
+            r#"{"path":"inbox/a.log","position":1024,"line":12,"done":false,"end":null}"#,
+            r#"{"n":-7,"m":0}"#,
+            r#"{"a":01}"#,
+            r#"{"a":-}"#,
+            r#"{"a":1,}"#,
+            r#"{"a":"x\"y"}"#,
+            r#"{"a":tru}"#,
+            r#"{"a":truex}"#,
+            r#"{"a":1}}"#,
+            r#"{"a":1} "#,
+            r#"{"a":1234567890123456789}"#,
+            r#"{"a" :1}"#,
+            r#"{"é":1}"#,
+            r#"{"a":1,"a":2}"#,
+            "{\"a\":\"\u{1}\"}",
+        ] {
+            if plainly_an_object_of_primitives(text) {
+                assert!(parsed_as_object_of_primitives(text), "the fast path accepted {text:?}");
+            }
+            assert_eq!(check_object(text).is_ok(), parsed_as_object_of_primitives(text), "{text:?}");
+        }
+        // Random texts of JSON's tokens, well-formed or nearly.
+        let tokens = [
+            r#""a""#,
+            r#""b c""#,
+            r#""\n""#,
+            ":",
+            ",",
+            "1",
+            "-0",
+            "01",
+            "-",
+            "12345678901234567890",
+            "1.5",
+            "true",
+            "fals",
+            "null",
+            "[1]",
+            "{}",
+            "}",
+            " ",
+            r#"""#,
+        ];
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut accepted = 0;
+        for _ in 0..200_000 {
+            let mut text = String::from("{");
+            for _ in 0..rng.usize(1..10) {
+                text.push_str(tokens[rng.usize(..tokens.len())]);
+            }
+            if plainly_an_object_of_primitives(&text) {
+                accepted += 1;
+                assert!(parsed_as_object_of_primitives(&text), "the fast path accepted {text:?}");
+            }
+        }
+        assert!(accepted > 100, "the random texts reach the fast path: {accepted}");
     }
 }
