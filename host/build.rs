@@ -33,7 +33,7 @@ fn main() {
         .map(PathBuf::from)
         .map(|dir| if dir.is_absolute() { dir } else { root.join(dir) })
         .unwrap_or_else(|| root.join("target"));
-    for watched in ["wit", "plugins", "tests/plugins", "Cargo.lock"] {
+    for watched in ["wit", "plugins", "tests/plugins", "host/templates", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
 
@@ -224,7 +224,10 @@ fn build_javascript_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir
         files_with_ext(&source.join("src"), "js"),
         files_with_ext(&source.join("data"), "ndjson"),
         files_with_ext(&root.join("wit"), "wit"),
-        vec![source.join("build.mjs"), lock],
+        // The WASI file helper and the WIT it needs, shared with the JavaScript template.
+        files_with_ext(&root.join("host/templates/js"), "js"),
+        files_with_ext(&root.join("host/templates/js/wit/deps"), "wit"),
+        vec![source.join("build.mjs"), source.join("files.wit"), lock],
     ]
     .concat();
     let out = work_dir.join(format!("{name}.wasm"));

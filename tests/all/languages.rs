@@ -241,3 +241,42 @@ async fn every_example_config_is_valid_for_its_plugin() {
     }
     assert!(checked >= 3, "only {checked} example configs found");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_replays_a_granted_directory_read_through_wasi() {
+    let host = TestHost::new(&["ndjson-replay"]).await;
+    let dir = host.scratch("replays");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(format!("{dir}/a.ndjson"), "{\"a\":0}\n{\"a\":1}\n\n{\"a\":2}\n").unwrap();
+    std::fs::write(format!("{dir}/b.ndjson"), "{\"b\":0}\n{\"b\":1}").unwrap();
+    std::fs::write(format!("{dir}/notes.txt"), "not a replay\n").unwrap();
+
+    // Not granted: refused by key, with the grant to add.
+    let error =
+        host.herder.start(connector("denied", "ndjson-replay", &[("replay.directory", &dir)])).await.unwrap_err();
+    assert_eq!(error.key.as_deref(), Some("replay.directory"), "{error:?}");
+    assert!(error.reason.contains("sandbox.fs.read"), "{}", error.reason);
+
+    let config = [
+        ("topic", "from-dir"),
+        ("replay.directory", dir.as_str()),
+        ("sandbox.fs.read", dir.as_str()),
+        ("replay.rate", "0"),
+        ("tasks.max", "2"),
+    ];
+    host.start(connector("dir", "ndjson-replay", &config)).await;
+    wait_all_tasks_retired(&host, "dir", &replay_done(&[("a.ndjson", 3), ("b.ndjson", 2)], 1)).await;
+    let mut replayed = host.keyed_values("from-dir");
+    replayed.sort();
+    let expected: Vec<(String, String)> = [
+        ("a.ndjson:0", r#"{"a":0}"#),
+        ("a.ndjson:1", r#"{"a":1}"#),
+        ("a.ndjson:2", r#"{"a":2}"#),
+        ("b.ndjson:0", r#"{"b":0}"#),
+        ("b.ndjson:1", r#"{"b":1}"#),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(replayed, expected, "every line of the directory's .ndjson files, once");
+}

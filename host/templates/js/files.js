@@ -11,7 +11,7 @@ function grantFor(path) {
   const grants = getDirectories();
   for (const [descriptor, dir] of grants) {
     const root = dir.endsWith('/') ? dir : `${dir}/`;
-    if (path.startsWith(root)) return { descriptor, inside: path.slice(root.length) };
+    if (path.startsWith(root)) return { descriptor, inside: path.slice(root.length).replace(/\/+$/, '') };
   }
   const granted = grants.map(([, dir]) => dir).join(', ') || 'none';
   throw new Error(
@@ -51,3 +51,22 @@ export function readFile(path) {
 
 // The whole file at `path` as UTF-8 text.
 export const readTextFile = (path) => new TextDecoder().decode(readFile(path));
+
+// The names of the regular files in the directory at `path` (a granted directory, or one
+// inside it), sorted.
+export function listDirectory(path) {
+  const root = path.endsWith('/') ? path : `${path}/`;
+  const { descriptor, inside } = grantFor(root);
+  let dir = descriptor;
+  try {
+    if (inside !== '') dir = descriptor.openAt({ symlinkFollow: true }, inside, { directory: true }, { read: true });
+  } catch (error) {
+    throw new Error(`cannot list ${path}: ${codeOf(error)}`);
+  }
+  const names = [];
+  const entries = dir.readDirectory();
+  for (let entry = entries.readDirectoryEntry(); entry !== undefined; entry = entries.readDirectoryEntry()) {
+    if (entry.type === 'regular-file') names.push(entry.name);
+  }
+  return names.sort();
+}

@@ -9,11 +9,13 @@
 //   offset past the end of a file (the bundled data shrank since it was committed) fails
 //   the task with `raise-error`.
 //
-// `build.mjs` puts the files of `data/` in front of this source as `DATASETS`.
+// `build.mjs` puts the files of `data/` in front of this source as `DATASETS`, and the
+// template's `files.js` (`readTextFile`, `listDirectory`) between them.
 
 import { offset, offsets } from 'sluice:connector/offset-storage-reader@0.1.0';
 import { requestTaskReconfiguration, raiseError } from 'sluice:connector/connector-context@0.1.0';
 import { log } from 'sluice:connector/log@0.1.0';
+import { listDirectory, readTextFile } from './files.js';
 
 const VERSION = '0.1.0';
 const encoder = new TextEncoder();
@@ -21,7 +23,10 @@ const encoder = new TextEncoder();
 const CONFIG_DEF = [
   key('topic', 'string', 'replay', 'high', 'topic the lines go to'),
   key('replay.files', 'list', Object.keys(DATASETS).join(','), 'high',
-    `bundled files to replay, comma-separated (bundled: ${Object.keys(DATASETS).join(', ')})`),
+    `files to replay, comma-separated (bundled: ${Object.keys(DATASETS).join(', ')}; ` +
+    'with replay.directory: its *.ndjson files, all of them by default)'),
+  key('replay.directory', 'string', '', 'medium',
+    'replay the *.ndjson files of this directory instead of the bundled ones (grant it with sandbox.fs.read)'),
   key('replay.rate', 'int', '100', 'medium', 'lines per second per task; 0 means as fast as polled'),
   key('replay.loops', 'int', '1', 'medium', 'times each file is replayed; 0 means forever'),
   key('batch.size', 'int', '100', 'low', 'lines per poll at most'),
@@ -32,13 +37,32 @@ function key(name, type, defaultValue, importance, documentation) {
   return { name, type, defaultValue, importance, documentation };
 }
 
+// The files this instance replays (file name -> lines): the bundled ones, or those of
+// `replay.directory`, read once per instance.
+let datasets = DATASETS;
+
+// The *.ndjson files of a granted directory, each as its non-empty lines.
+function readDirectoryDatasets(directory) {
+  const found = {};
+  for (const name of listDirectory(directory).filter((n) => n.endsWith('.ndjson'))) {
+    const text = readTextFile(`${directory.replace(/\/+$/, '')}/${name}`);
+    found[name] = text.split('\n').filter((line) => line.trim() !== '');
+  }
+  return found;
+}
+
 function settingsOf(pairs) {
   const values = Object.fromEntries(CONFIG_DEF.map((k) => [k.name, k.defaultValue]));
   for (const [k, v] of pairs) values[k] = v;
+  const directory = values['replay.directory'];
+  // With a directory and no files named, every file of the directory.
+  const named = pairs.some(([k]) => k === 'replay.files');
+  const files = directory !== '' && !named ? Object.keys(datasets).join(',') : values['replay.files'];
   return {
-    raw: values,
+    raw: { ...values, 'replay.files': files },
+    directory,
     topic: values['topic'],
-    files: values['replay.files'].split(',').map((f) => f.trim()).filter((f) => f),
+    files: files.split(',').map((f) => f.trim()).filter((f) => f),
     rate: Number(values['replay.rate']),
     loops: Number(values['replay.loops']),
     batch: Number(values['batch.size']),
@@ -46,7 +70,26 @@ function settingsOf(pairs) {
   };
 }
 
+// Reads `replay.directory` into `datasets` when it is set; a problem (the directory
+// cannot be listed or read, with the grant it needs) comes back as its text.
+function loadDatasets(pairs) {
+  const directory = (pairs.find(([k]) => k === 'replay.directory') ?? [])[1] ?? '';
+  if (directory === '') {
+    datasets = DATASETS;
+    return null;
+  }
+  try {
+    datasets = readDirectoryDatasets(directory);
+    return null;
+  } catch (error) {
+    datasets = {};
+    return error.message;
+  }
+}
+
 function problemsOf(pairs) {
+  const unreadable = loadDatasets(pairs);
+  if (unreadable !== null) return [{ key: 'replay.directory', message: unreadable }];
   const s = settingsOf(pairs);
   const problems = [];
   for (const [name, value] of [['replay.rate', s.rate], ['replay.loops', s.loops], ['record.min.bytes', s.minBytes]]) {
@@ -55,15 +98,16 @@ function problemsOf(pairs) {
   if (!Number.isInteger(s.batch) || s.batch < 1) problems.push({ key: 'batch.size', message: 'must be at least 1' });
   if (s.files.length === 0) problems.push({ key: 'replay.files', message: 'names no file' });
   for (const file of s.files) {
-    if (!(file in DATASETS)) {
-      problems.push({ key: 'replay.files', message: `no bundled file '${file}' (bundled: ${Object.keys(DATASETS).join(', ')})` });
+    if (!(file in datasets)) {
+      const where = s.directory === '' ? 'bundled' : `in ${s.directory}`;
+      problems.push({ key: 'replay.files', message: `no ${where} file '${file}' (${where}: ${Object.keys(datasets).join(', ')})` });
     }
   }
   return problems;
 }
 
 const partitionOf = (file) => JSON.stringify({ file });
-const linesOf = (file) => DATASETS[file];
+const linesOf = (file) => datasets[file];
 
 // The next (loop, line) to send after a committed offset text, or the start.
 function nextAfter(offsetText, file) {
@@ -154,6 +198,8 @@ let running = null;
 
 export const task = {
   start(config) {
+    const unreadable = loadDatasets(config);
+    if (unreadable !== null) throw { tag: 'fatal', val: unreadable };
     const s = settingsOf(config);
     const committed = offsets(s.files.map(partitionOf));
     const cursors = [];
@@ -162,7 +208,7 @@ export const task = {
       const text = committed[i][1];
       if (pastTheEnd(text, file)) {
         raiseError(`committed offset ${text} of ${file} is past its last line (${linesOf(file).length} lines): ` +
-          'the bundled data changed since it was committed; delete the offset to replay it again');
+          'the data changed since it was committed; delete the offset to replay it again');
         return;
       }
       cursors.push({ file, partition: partitionOf(file), next: nextAfter(text, file) });
