@@ -91,16 +91,36 @@ fn main() {
     // fail on it with the same install instructions (`sluice::PLUGIN_BUILD_PROBLEMS`).
     let plugins_dir = target_dir.join("plugins");
     let mut problems = Vec::new();
+    let (python_dir, javascript_dir) = (wasm_target_dir.join("python"), wasm_target_dir.join("javascript"));
+    let test_plugins_dir = target_dir.join("test-plugins");
+    let (wit_0_1, wit_0_2) = (root.join("wit"), root.join("wit/0.2.0"));
+    let sensor_fleet = root.join("plugins/sensor-fleet");
+    let ndjson_replay = build_javascript_plugin(&root, "ndjson-replay", &javascript_dir, &plugins_dir);
+    // The minimal Python and JavaScript connectors `sluice-bench record-path` measures
+    // (test fixtures; the JavaScript one uses the componentize-js ndjson-replay installed).
+    let counter_js = match &ndjson_replay {
+        Ok(()) => build_javascript_file(&root, "counter-js", &wit_0_2, &javascript_dir, &test_plugins_dir),
+        Err(_) => Err("the JavaScript plugin counter-js was not built: see ndjson-replay".to_string()),
+    };
     let built = [
-        ("sensor-fleet", build_python_plugin(&root, "sensor-fleet", &wasm_target_dir.join("python"), &plugins_dir)),
+        ("sensor-fleet", build_python_plugin(&sensor_fleet, &wit_0_1, "sensor-fleet", &python_dir, &plugins_dir)),
+        ("ndjson-replay", ndjson_replay),
         (
-            "ndjson-replay",
-            build_javascript_plugin(&root, "ndjson-replay", &wasm_target_dir.join("javascript"), &plugins_dir),
+            "counter-py",
+            build_python_plugin(
+                &root.join("tests/plugins/counter-py"),
+                &wit_0_2,
+                "counter-py",
+                &python_dir,
+                &test_plugins_dir,
+            ),
         ),
+        ("counter-js", counter_js),
     ];
     for (name, result) in built {
         if let Err(problem) = result {
-            let stale = plugins_dir.join(format!("{name}.wasm"));
+            let folder = if name.starts_with("counter-") { &test_plugins_dir } else { &plugins_dir };
+            let stale = folder.join(format!("{name}.wasm"));
             let _ = std::fs::remove_file(&stale);
             // A missing path makes cargo rerun this script on every build until it is fixed.
             println!("cargo:rerun-if-changed={}", stale.display());
@@ -159,10 +179,16 @@ fn componentize_py(tools_dir: &Path) -> Result<Command, String> {
     Ok(command)
 }
 
-/// `plugins/<name>/app.py` (and the other `.py` files beside it) to `<name>.wasm`; `Err`
-/// (one line, with what to install) when componentize-py cannot be had.
-fn build_python_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir: &Path) -> Result<(), String> {
-    let source = root.join("plugins").join(name);
+/// `<source>/app.py` (and the other `.py` files beside it), for the world in `wit`, to
+/// `<name>.wasm` in `plugins_dir`; `Err` (one line, with what to install) when
+/// componentize-py cannot be had.
+fn build_python_plugin(
+    source: &Path,
+    wit: &Path,
+    name: &str,
+    work_dir: &Path,
+    plugins_dir: &Path,
+) -> Result<(), String> {
     let tool = || componentize_py(&work_dir.join("python-tools"));
     let not_built = |problem: String| format!("the Python plugin {name} was not built: {problem}");
     let version = tool().map_err(not_built)?.arg("--version").output().ok().filter(|o| o.status.success());
@@ -178,14 +204,14 @@ fn build_python_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir: &P
             String::from_utf8_lossy(&version.stdout).trim()
         );
     }
-    let inputs = [files_with_ext(&source, "py"), files_with_ext(&root.join("wit"), "wit")].concat();
+    let inputs = [files_with_ext(source, "py"), files_with_ext(wit, "wit")].concat();
     let out = work_dir.join(format!("{name}.wasm"));
     let mut command = tool().map_err(not_built)?;
     command
         .arg("-d")
-        .arg(root.join("wit"))
+        .arg(wit)
         .args(["-w", "source-connector", "componentize", "-p"])
-        .arg(&source)
+        .arg(source)
         .arg("app")
         .arg("-o")
         .arg(&out);
@@ -237,6 +263,30 @@ fn build_javascript_plugin(root: &Path, name: &str, work_dir: &Path, plugins_dir
         command
     });
     copy_if_changed(&out, &plugins_dir.join(format!("{name}.wasm")));
+    Ok(())
+}
+
+/// `tests/plugins/<name>/`, a folder holding one `.js` module, for the world in `wit`, to
+/// `<name>.wasm` in `out_dir`, with the componentize-js that ndjson-replay's `npm ci`
+/// installed.
+fn build_javascript_file(root: &Path, name: &str, wit: &Path, work_dir: &Path, out_dir: &Path) -> Result<(), String> {
+    let source = root.join("tests/plugins").join(name);
+    let files = files_with_ext(&source, "js");
+    let [module] = files.as_slice() else {
+        return Err(format!("the JavaScript plugin {name} was not built: {} must hold one .js file", source.display()));
+    };
+    let tool = root.join("plugins/ndjson-replay/node_modules/.bin/componentize-js");
+    let node = Command::new("node").arg("--version").output().map_err(|e| format!("{name}: node: {e}"))?;
+    let inputs = [files.clone(), files_with_ext(wit, "wit")].concat();
+    let out = work_dir.join(format!("{name}.wasm"));
+    build_if_changed(&inputs, &node.stdout, &out, || {
+        let mut command = Command::new(&tool);
+        command.arg("--wit").arg(wit).args(["--world-name", "source-connector", "--disable", "http", "fetch-event"]);
+        command.arg("-o").arg(&out).arg(module);
+        command
+    });
+    std::fs::create_dir_all(out_dir).unwrap();
+    copy_if_changed(&out, &out_dir.join(format!("{name}.wasm")));
     Ok(())
 }
 

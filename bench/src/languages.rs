@@ -23,12 +23,17 @@ pub struct LanguageRow {
     pub value_bytes: f64,
 }
 
-/// The shipped connector of each language, with its config for ~1 KiB records as fast as
-/// `poll` can make them.
+/// The shipped connector of each language, and the minimal Python and JavaScript ones
+/// (the counter's logic, test fixtures in `tests/plugins/`), with their config for ~1 KiB
+/// records as fast as `poll` can make them.
 type KeyValues = &'static [(&'static str, &'static str)];
+
+const MINIMAL: KeyValues = &[("topic", "bench"), ("record.size", "1024"), ("batch.size", "500")];
 
 const LANGUAGE_PLUGINS: &[(&str, &str, KeyValues)] = &[
     ("counter", "Rust", &[("topic", "bench"), ("record.size", "1024"), ("batch.size", "500")]),
+    ("counter-py", "Python (minimal)", MINIMAL),
+    ("counter-js", "JavaScript (minimal)", MINIMAL),
     (
         "sensor-fleet",
         "Python",
@@ -58,7 +63,10 @@ pub async fn languages(plugin_dir: &Path, seconds: u64, instantiations: usize) -
         // A folder holding only this plugin, so each load times one component.
         let folder = scratch.join(plugin);
         std::fs::create_dir_all(&folder)?;
-        let file = plugin_dir.join(format!("{plugin}.wasm"));
+        // The minimal plugins are test fixtures, built beside the shipped ones.
+        let shipped = plugin_dir.join(format!("{plugin}.wasm"));
+        let fixture = Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins").join(format!("{plugin}.wasm"));
+        let file = if shipped.exists() { shipped } else { fixture };
         std::fs::copy(&file, folder.join(format!("{plugin}.wasm"))).with_context(|| file.display().to_string())?;
         let cache = DataDir::new(&scratch).compile_cache();
         let cold = Registry::load(&runtime, &folder, &cache).await?;

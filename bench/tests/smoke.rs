@@ -37,11 +37,15 @@ fn record_path_prints_every_row_with_its_native_ratio() {
         .filter(|l| l.starts_with("| ") && !l.starts_with("| path"))
         .map(|l| l.split(" | ").collect())
         .collect();
-    assert_eq!(rows.len(), 6, "{table}");
+    assert_eq!(rows.len(), 8, "{table}");
     for row in &rows[..4] {
         assert!(row[3].parse::<f64>().is_ok_and(|ratio| ratio > 0.0), "no ratio: {row:?}");
     }
-    assert!(rows[4][0].contains("Python") && rows[5][0].contains("JavaScript"), "{table}");
+    assert!(rows[4][0].contains("Python (counter-py)") && rows[5][0].contains("JavaScript (counter-js)"), "{table}");
+    assert!(
+        rows[6][0].contains("Python (sensor-fleet)") && rows[7][0].contains("JavaScript (ndjson-replay)"),
+        "{table}"
+    );
 }
 
 #[test]

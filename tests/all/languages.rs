@@ -280,3 +280,23 @@ async fn javascript_replays_a_granted_directory_read_through_wasi() {
     .collect();
     assert_eq!(replayed, expected, "every line of the directory's .ndjson files, once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimal_python_and_javascript_counters_send_the_counters_records() {
+    let host = TestHost::new(&["counter-py", "counter-js"]).await;
+    let config = |topic: &'static str| [("topic", topic), ("record.size", "16"), ("batch.size", "100")];
+    host.start(connector("py", "counter-py", &config("from-py"))).await;
+    host.start(connector("js", "counter-js", &config("from-js"))).await;
+    for topic in ["from-py", "from-js"] {
+        let values = wait_until(&format!("1,000 records in {topic}"), || {
+            let values = host.values(topic);
+            (values.len() >= 1000).then_some(values)
+        })
+        .await;
+        for (n, value) in values.iter().enumerate().take(1000) {
+            assert_eq!(value, &format!("{n:.<16}"), "{topic}: record {n}");
+        }
+    }
+    assert_eq!(host.herder.registry().get("counter-py").unwrap().pre().version(), "0.2.0");
+    assert_eq!(host.herder.registry().get("counter-js").unwrap().pre().version(), "0.2.0");
+}

@@ -1,0 +1,69 @@
+"""counter-py: the counter's logic in Python, as small as a connector gets, so that
+`sluice-bench record-path` measures the host and componentize-py's bindings rather than a
+plugin's own work. One task; record `n` of partition {"counter":0} has offset {"seq":n}
+and a value of `record.size` bytes ("<n>" then dots). Targets sluice:connector@0.2.0."""
+
+from wit_world import exports
+from wit_world.imports.types import BatchRecord, ConfigKey, ConfigType, Importance, PollBatch
+
+PARTITION = '{"counter":0}'
+
+
+class State:
+    config = []
+    topic = "bench"
+    size = 1024
+    batch = 500
+    next = 0
+
+
+class Connector(exports.Connector):
+    def version(self):
+        return "0.1.0"
+
+    def config_def(self):
+        return [
+            ConfigKey("topic", ConfigType.STRING, "bench", Importance.HIGH, "Destination topic."),
+            ConfigKey("record.size", ConfigType.INT, "1024", Importance.MEDIUM, "Bytes per value."),
+            ConfigKey("batch.size", ConfigType.INT, "500", Importance.MEDIUM, "Records per poll."),
+        ]
+
+    def validate(self, config):
+        return []
+
+    def start(self, config):
+        State.config = config
+
+    def task_configs(self, max_tasks):
+        return [State.config]
+
+    def tick(self):
+        pass
+
+    def stop(self):
+        pass
+
+
+class Task(exports.Task):
+    def start(self, config):
+        values = dict(config)
+        State.topic = values.get("topic", "bench")
+        State.size = int(values.get("record.size", "1024"))
+        State.batch = int(values.get("batch.size", "500"))
+        State.next = 0
+
+    def poll(self):
+        first, size = State.next, State.size
+        State.next += State.batch
+        dots = b"." * size
+        records = []
+        for n in range(first, State.next):
+            digits = b"%d" % n
+            records.append(BatchRecord(0, '{"seq":%d}' % n, 0, None, digits + dots[len(digits) :], [], None))
+        return PollBatch([PARTITION], [State.topic], records, False)
+
+    def commit(self):
+        pass
+
+    def stop(self):
+        pass
