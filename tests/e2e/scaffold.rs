@@ -142,7 +142,8 @@ fn build_and_run(
     let output = run_until_done(&project, &data);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{lang}: {stderr}");
-    let failure = stderr.split_once("FAILED: ").map_or("", |(_, trace)| trace);
+    // What `--until-done` printed last: the failure with its whole trace.
+    let failure = stderr.rsplit_once("error: connector '").map_or("", |(_, trace)| trace);
     assert!(failure.contains("cannot read") && failure.contains("sandbox.fs.read"), "{lang}: {stderr}");
     assert_eq!(values(&data, &name).len(), 60, "{lang}: a failed start sent nothing");
 
@@ -155,7 +156,8 @@ fn build_and_run(
     let output = run_until_done(&project, &data);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{lang}: {stderr}");
-    let failure = stderr.split_once("FAILED: ").map_or("", |(_, trace)| trace);
+    // What `--until-done` printed last: the failure with its whole trace.
+    let failure = stderr.rsplit_once("error: connector '").map_or("", |(_, trace)| trace);
     let boom = failure.find(&format!("boom from {lang}")).unwrap_or_else(|| panic!("{lang}: {stderr}"));
     let trap = failure.find("trap in poll").unwrap_or_else(|| panic!("{lang}: {stderr}"));
     assert!(boom < trap, "{lang}: the guest's message must lead the trace:\n{failure}");

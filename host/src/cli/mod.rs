@@ -522,26 +522,25 @@ fn progress_parts(connectors: &[ConnectorProgress]) -> Vec<String> {
 /// `None` (still working).
 async fn until_done_outcome(herder: &Herder) -> Option<Result<(), String>> {
     use crate::storage::State;
+    // The whole trace, indented under the line that names what failed: a guest's own error
+    // output leads it.
+    let trace = |trace: &Option<String>| {
+        trace.as_deref().map_or("no trace".to_string(), |t| t.lines().collect::<Vec<_>>().join("\n  "))
+    };
     let statuses = herder.statuses();
     for (ns, status) in &statuses {
+        let failure = if status.connector.state == State::Failed {
+            format!("connector '{}' FAILED: {}", ns.connector, trace(&status.connector.trace))
+        } else if let Some(task) = status.tasks.iter().find(|t| t.state == State::Failed) {
+            format!("connector '{}' task {} FAILED: {}", ns.connector, task.id, trace(&task.trace))
+        } else {
+            continue;
+        };
         let restarts = herder.connector(ns).await.is_some_and(|(config, _)| {
             config.get(crate::config::keys::RESTART_POLICY).is_some_and(|policy| policy.trim() == "on-failure")
         });
-        if restarts {
-            continue;
-        }
-        let first_line =
-            |trace: &Option<String>| trace.as_deref().and_then(|t| t.lines().next()).unwrap_or("no trace").to_string();
-        if status.connector.state == State::Failed {
-            return Some(Err(format!("connector '{}' FAILED: {}", ns.connector, first_line(&status.connector.trace))));
-        }
-        if let Some(task) = status.tasks.iter().find(|t| t.state == State::Failed) {
-            return Some(Err(format!(
-                "connector '{}' task {} FAILED: {}",
-                ns.connector,
-                task.id,
-                first_line(&task.trace)
-            )));
+        if !restarts {
+            return Some(Err(failure));
         }
     }
     let finished = !statuses.is_empty() && statuses.iter().all(|(_, s)| s.connector.state == State::Finished);
