@@ -89,7 +89,8 @@ impl ConnectorRun {
         let board = self.services.board.clone();
         let name = self.namespace.clone();
         let mut attempt = 0u32;
-        let mut failed = false;
+        // How the loop ended, for the state left on the board.
+        let (mut failed, mut finished) = (false, false);
         'instances: loop {
             let trace = match self.run_instance(&mut stop, &mut control, &mut attempt).await {
                 InstanceEnd::Stopped => break,
@@ -103,7 +104,10 @@ impl ConnectorRun {
                     // Finished: nothing runs until a restart request or the stop.
                     loop {
                         tokio::select! {
-                            _ = stopped(&mut stop) => break 'instances,
+                            _ = stopped(&mut stop) => {
+                                finished = true;
+                                break 'instances;
+                            }
                             Some(Control::Restart { connector, tasks }) = control.recv() => {
                                 self.restart_tasks(tasks).await;
                                 if connector {
@@ -143,7 +147,6 @@ impl ConnectorRun {
         let deadline = *stop.borrow();
         let deadline = deadline.unwrap_or_else(|| Instant::now() + self.settings.sandbox.timeouts.lifecycle);
         stop_all(std::mem::take(&mut self.tasks), deadline).await;
-        let finished = board.get(&name).is_some_and(|s| s.connector.state == State::Finished);
         if !failed && !finished {
             board.set_connector(&name, State::Stopped, None);
         }

@@ -39,6 +39,7 @@ pub mod v0_2 {
 pub use self::v0_1::sluice::connector::types::{
     ConfigKey, ConfigProblem, ConfigType, ConnectorError, Header, Importance, SourceRecord,
 };
+use self::v0_2::sluice::connector::types::Header as NewHeader;
 pub use self::v0_2::sluice::connector::types::{BatchRecord, PollBatch};
 
 /// The versions of the world this host serves, newest first, as a plugin's exports name them.
@@ -59,28 +60,11 @@ impl PollBatch {
                 topic: r.topic.map(|t| intern(t, &mut topic_index, &mut topics)),
                 key: r.key,
                 value: r.value,
-                headers: r.headers.into_iter().map(|h| v0_2_header(h.key, h.value)).collect(),
+                headers: r.headers.into_iter().map(|h| NewHeader { key: h.key, value: h.value }).collect(),
                 timestamp: r.timestamp,
             })
             .collect();
         PollBatch { partitions, topics, records, done: false }
-    }
-
-    /// The batch as 0.1.0 records (tests and benchmarks that compare with native code).
-    pub fn into_records(self) -> Vec<SourceRecord> {
-        let PollBatch { partitions, topics, records, .. } = self;
-        records
-            .into_iter()
-            .map(|r| SourceRecord {
-                partition: partitions.get(r.partition as usize).cloned().unwrap_or_default(),
-                offset: r.offset,
-                topic: r.topic.map(|t| topics.get(t as usize).cloned().unwrap_or_default()),
-                key: r.key,
-                value: r.value,
-                headers: r.headers.into_iter().map(|h| Header { key: h.key, value: h.value }).collect(),
-                timestamp: r.timestamp,
-            })
-            .collect()
     }
 }
 
@@ -92,10 +76,6 @@ fn intern(text: String, index: &mut HashMap<String, u32>, list: &mut Vec<String>
     list.push(text.clone());
     index.insert(text, at);
     at
-}
-
-fn v0_2_header(key: String, value: Vec<u8>) -> v0_2::sluice::connector::types::Header {
-    v0_2::sluice::connector::types::Header { key, value }
 }
 
 /// 0.2.0's copies of the shared types, as the host's (0.1.0's) types.

@@ -676,14 +676,6 @@ impl PluginInstance {
     pub async fn task_stop(&mut self) -> Result<(), CallError> {
         guest_call!(self, "stop", lifecycle, sluice_connector_task.call_stop(), same, same)
     }
-
-    /// The version of `sluice:connector` the plugin targets.
-    pub fn world_version(&self) -> &'static str {
-        match self.bindings {
-            World::V0_1(_) => "0.1.0",
-            World::V0_2(_) => "0.2.0",
-        }
-    }
 }
 
 /// The text of a plugin's own error, for a status trace (escaped: the plugin wrote it).
