@@ -12,6 +12,8 @@ use sluice::storage::{DataDir, State, Stores};
 pub struct DensityRow {
     pub connectors: usize,
     pub tasks: usize,
+    /// `poll.idle.max.ms` and `monitor.interval.ms` of every connector.
+    pub idle_ms: u64,
     pub running: usize,
     pub failed: usize,
     pub first_failure: Option<String>,
@@ -57,12 +59,14 @@ fn memory_bytes(pid: u32) -> anyhow::Result<(u64, u64)> {
 }
 
 /// `connectors` counter connectors of `tasks` tasks each, every task sending one record
-/// and then finding nothing, in one `sluice run` with room for all their sandboxes.
+/// and then finding nothing, in one `sluice run` with room for all their sandboxes; their
+/// tasks back off to `idle_ms` between empty polls and they tick every `idle_ms`.
 pub async fn density(
     plugin_dir: &Path,
     connectors: usize,
     tasks: usize,
     settle: Duration,
+    idle_ms: u64,
 ) -> anyhow::Result<DensityRow> {
     let scratch = std::env::temp_dir().join(format!("sluice-bench-density-{}", std::process::id()));
     let files = scratch.join("connectors");
@@ -72,6 +76,7 @@ pub async fn density(
         let path = files.join(format!("idle{i}.json"));
         let config = serde_json::json!({"name": format!("idle{i}"), "config": {
             "connector.class": "counter", "topic": "idle", "tasks.max": tasks.to_string(), "record.count": "1",
+            "poll.idle.max.ms": idle_ms.to_string(), "monitor.interval.ms": idle_ms.to_string(),
         }});
         std::fs::write(&path, config.to_string())?;
         paths.push(path);
@@ -131,6 +136,7 @@ pub async fn density(
     Ok(DensityRow {
         connectors,
         tasks,
+        idle_ms,
         running,
         failed,
         first_failure,
@@ -142,28 +148,34 @@ pub async fn density(
     })
 }
 
-pub fn print_density_table(row: &DensityRow) {
+pub fn print_density_table(rows: &[DensityRow]) {
+    let Some(first) = rows.first() else { return };
     println!(
-        "density: {} idle counter connectors x {} tasks in one `sluice run` ({} sandboxes with the connectors')",
-        row.connectors,
-        row.tasks,
-        row.connectors * (row.tasks + 1)
+        "density: {} idle counter connectors x {} tasks in one `sluice run` ({} sandboxes with the connectors'), one run per idle interval",
+        first.connectors,
+        first.tasks,
+        first.connectors * (first.tasks + 1)
     );
     println!(
-        "| tasks running | tasks failed | all started in | resident memory (VmRSS) | proportional (Pss) | idle CPU (of one core) | SIGTERM to exit |"
+        "| poll.idle.max.ms = monitor.interval.ms | tasks running | tasks failed | all started in | resident memory (VmRSS) | proportional (Pss) | idle CPU (of one core) | SIGTERM to exit |"
     );
-    println!("|---|---|---|---|---|---|---|");
-    println!(
-        "| {} | {} | {:.1} s | {:.0} MiB | {:.0} MiB | {:.1} % | {:.1} s |",
-        row.running,
-        row.failed,
-        row.started_in.as_secs_f64(),
-        row.resident_bytes as f64 / (1 << 20) as f64,
-        row.proportional_bytes as f64 / (1 << 20) as f64,
-        row.idle_cpu * 100.0,
-        row.stopped_in.as_secs_f64()
-    );
-    if let Some(trace) = &row.first_failure {
-        println!("first failure: {trace}");
+    println!("|---|---|---|---|---|---|---|---|");
+    for row in rows {
+        println!(
+            "| {} | {} | {} | {:.1} s | {:.0} MiB | {:.0} MiB | {:.1} % | {:.1} s |",
+            row.idle_ms,
+            row.running,
+            row.failed,
+            row.started_in.as_secs_f64(),
+            row.resident_bytes as f64 / (1 << 20) as f64,
+            row.proportional_bytes as f64 / (1 << 20) as f64,
+            row.idle_cpu * 100.0,
+            row.stopped_in.as_secs_f64()
+        );
+    }
+    for row in rows {
+        if let Some(trace) = &row.first_failure {
+            println!("first failure ({} ms): {trace}", row.idle_ms);
+        }
     }
 }

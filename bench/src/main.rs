@@ -121,6 +121,10 @@ enum Bench {
         /// Seconds to settle before measuring, and seconds measured.
         #[arg(long, default_value_t = 10)]
         settle: u64,
+        /// One run per value, comma-separated: the connectors' `poll.idle.max.ms` and
+        /// `monitor.interval.ms` (the defaults, 1000, then a worker tuned for idle tasks).
+        #[arg(long, value_delimiter = ',', default_value = "1000,30000")]
+        idle_ms: Vec<u64>,
     },
     /// `sluice run` of one file-pulse connector, with every shipped plugin in the folder:
     /// time to its first record, from a cold and from a warm compile cache.
@@ -268,9 +272,13 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
             }
             directory::print_directory_table(&rows);
         }
-        Bench::Density { plugins, connectors, tasks, settle } => {
-            let row = density::density(&plugins.plugin_path, connectors, tasks, Duration::from_secs(settle)).await?;
-            density::print_density_table(&row);
+        Bench::Density { plugins, connectors, tasks, settle, idle_ms } => {
+            let mut rows = Vec::new();
+            for idle_ms in idle_ms {
+                let settle = Duration::from_secs(settle);
+                rows.push(density::density(&plugins.plugin_path, connectors, tasks, settle, idle_ms).await?);
+            }
+            density::print_density_table(&rows);
         }
         Bench::Startup { plugins } => {
             let (rows, compile, others) = startup::startup(&plugins.plugin_path).await?;

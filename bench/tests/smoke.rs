@@ -81,10 +81,12 @@ fn kafka_prints_the_bare_producer_and_sluice_on_the_mock_cluster() {
 #[test]
 fn density_starts_every_task_and_prints_memory_and_cpu() {
     let table = table(bench(&["density", "--connectors", "20", "--tasks", "2", "--settle", "1"]));
-    let row = table.lines().find(|l| l.starts_with("| ") && !l.starts_with("| tasks")).expect("a row");
-    let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
-    assert_eq!(cells[..2], ["40", "0"], "every task running, none failed: {table}");
-    assert!(cells[3].ends_with(" MiB") && cells[5].ends_with(" %"), "{table}");
+    for idle_ms in ["1000", "30000"] {
+        let row = table.lines().find(|l| l.starts_with(&format!("| {idle_ms} |"))).expect("a row per idle interval");
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells[1..3], ["40", "0"], "every task running, none failed: {table}");
+        assert!(cells[4].ends_with(" MiB") && cells[6].ends_with(" %"), "{table}");
+    }
 }
 
 #[test]

@@ -121,6 +121,24 @@ async fn waves_of_files_exactly_once_with_delete_cleanup() {
     waves_exactly_once("delete").await;
 }
 
+/// `poll.idle.max.ms` lets thousands of idle tasks poll rarely; a new file still reaches
+/// its task at once, because the connector hands it over in a new task config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_files_do_not_wait_for_a_long_idle_backoff() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    host.start(pulse("pulse", &dirs.config(&[("poll.idle.max.ms", "600000")]))).await;
+    host.wait_state("pulse", State::Running).await;
+    let lines = || by_file(&host, "lines");
+    for (round, name) in ["first.log", "second.log", "third.log"].into_iter().enumerate() {
+        drop_file(dirs.inbox.path(), name, format!("{name} 1\n{name} 2\n").as_bytes());
+        wait_until(&format!("{name} to be delivered"), || (lines().len() == round + 1).then_some(())).await;
+    }
+    for (file, got) in lines() {
+        assert_eq!(got, [format!("{file} 1"), format!("{file} 2")], "{file}: lines lost or repeated");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_file_does_not_wait_for_a_large_one() {
     let host = TestHost::new(&["file-pulse"]).await;

@@ -61,6 +61,7 @@ pub const TASKS_MAX: &str = "tasks.max";
 pub const DESTINATION: &str = "destination";
 pub const MONITOR_INTERVAL_MS: &str = "monitor.interval.ms";
 pub const OFFSET_FLUSH_INTERVAL_MS: &str = "offset.flush.interval.ms";
+pub const POLL_IDLE_MAX_MS: &str = "poll.idle.max.ms";
 pub const RESTART_POLICY: &str = "restart.policy";
 pub const RESTART_BACKOFF_INITIAL_MS: &str = "restart.backoff.initial.ms";
 pub const RESTART_BACKOFF_MAX_MS: &str = "restart.backoff.max.ms";
@@ -119,6 +120,12 @@ pub const HOST_KEYS: &[HostKey] = &[
         type_: KeyType::Long,
         default: KeyDefault::Value("1000"),
         documentation: "how often the connector's `tick()` runs (the first tick is at start)",
+    },
+    HostKey {
+        name: POLL_IDLE_MAX_MS,
+        type_: KeyType::Long,
+        default: KeyDefault::Value("1000"),
+        documentation: "longest pause between polls that returned nothing (it doubles from 1 ms); the pause ends at once on a reconfiguration request, a pause or a stop. Raise it for many idle tasks, at the cost of how soon a task sees data that arrives without a reconfiguration (an append to a file it tails)",
     },
     HostKey {
         name: OFFSET_FLUSH_INTERVAL_MS,
@@ -411,6 +418,7 @@ pub struct ConnectorSettings {
     pub tasks_max: u32,
     pub destination: DestinationKind,
     pub monitor_interval: Duration,
+    pub poll_idle_max: Duration,
     pub offset_flush_interval: Duration,
     pub restart: RestartPolicy,
     pub sandbox: SandboxSettings,
@@ -535,6 +543,7 @@ impl ConnectorSettings {
             tasks_max,
             destination,
             monitor_interval: millis(MONITOR_INTERVAL_MS)?,
+            poll_idle_max: millis(POLL_IDLE_MAX_MS)?,
             offset_flush_interval: millis(OFFSET_FLUSH_INTERVAL_MS)?,
             restart: RestartPolicy {
                 enabled: restart_enabled,

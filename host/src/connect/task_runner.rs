@@ -66,12 +66,6 @@ const SLOW_DELIVERY: Duration = Duration::from_secs(5);
 const DELIVERY_RETRY_BACKOFF: RestartPolicy =
     RestartPolicy { enabled: true, initial_backoff: Duration::from_secs(1), max_backoff: Duration::from_secs(30) };
 
-/// Longest pause between polls that returned nothing (Kafka Connect's file source waits
-/// 1 s too). A pause ends at once on a stop, a pause or a reconfiguration request of the
-/// connector, so only a source that really has nothing waits this long; thousands of idle
-/// tasks then cost little CPU.
-const MAX_IDLE_BACKOFF: Duration = Duration::from_secs(1);
-
 /// Runs the task until a stop is requested; it is stopped by the stop's deadline.
 pub async fn run_task(spec: TaskSpec, mut stop: StopSignal) {
     let board = spec.services.board.clone();
@@ -231,7 +225,10 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                     Err(e) => return failed(format!("destination failed: {e}"), id),
                 }
             }
-            idle = (idle * 2).clamp(Duration::from_millis(1), MAX_IDLE_BACKOFF);
+            // `poll.idle.max.ms` (1 s by default, as Kafka Connect's file source waits): the
+            // pause ends at once on a stop, a pause or a reconfiguration request of the
+            // connector, so only a source that really has nothing waits this long.
+            idle = (idle * 2).clamp(Duration::from_millis(1), spec.settings.poll_idle_max);
             tokio::select! {
                 _ = tokio::time::sleep(idle) => {}
                 _ = stop.changed() => {}
