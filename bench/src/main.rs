@@ -273,9 +273,8 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
             directory::print_directory_table(&rows);
         }
         Bench::Density { plugins, connectors, tasks, settle, idle_ms } => {
-            let mut rows = Vec::new();
+            let (settle, mut rows) = (Duration::from_secs(settle), Vec::new());
             for idle_ms in idle_ms {
-                let settle = Duration::from_secs(settle);
                 rows.push(density::density(&plugins.plugin_path, connectors, tasks, settle, idle_ms).await?);
             }
             density::print_density_table(&rows);

@@ -210,8 +210,7 @@ impl Runtime {
                 _ => Ok(UpdateDeadline::Yield(1)),
             }
         });
-        let deadline = begin(&mut store, "instantiate", sandbox.timeouts.lifecycle, None);
-        let _running = CallRunning::start();
+        let (deadline, _running) = begin(&mut store, "instantiate", sandbox.timeouts.lifecycle, None);
         let instantiating = async {
             match pre {
                 WorldPre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
@@ -481,8 +480,13 @@ pub fn cut_at_char_boundary(text: &mut String, max: usize) {
 }
 
 /// Starts a call: its deadline is its timeout, or the stop deadline when that is sooner.
-/// Returns the deadline.
-fn begin(store: &mut Store<HostState>, name: &'static str, timeout: Duration, stop_by: Option<Instant>) -> Instant {
+/// Returns the deadline, and the call's count in [`CALLS_RUNNING`] (kept for the call).
+fn begin(
+    store: &mut Store<HostState>,
+    name: &'static str,
+    timeout: Duration,
+    stop_by: Option<Instant>,
+) -> (Instant, CallRunning) {
     let state = store.data_mut();
     let started = Instant::now();
     let deadline = stop_by.map_or(started + timeout, |stop_by| stop_by.min(started + timeout));
@@ -496,7 +500,7 @@ fn begin(store: &mut Store<HostState>, name: &'static str, timeout: Duration, st
         let _ = store.set_fuel(budget);
     }
     store.set_epoch_deadline(1);
-    deadline
+    (deadline, CallRunning::start())
 }
 
 /// A call that overran its deadline while blocked where epoch interruption cannot reach
@@ -621,8 +625,7 @@ macro_rules! guest_call {
         if $self.store.data().abandoned {
             return Err(CallError::Setup(format!("{} not called: the instance was abandoned", $name)));
         }
-        let deadline = begin(&mut $self.store, $name, $self.timeouts.$timeout, $self.stop_by);
-        let _running = CallRunning::start();
+        let (deadline, _running) = begin(&mut $self.store, $name, $self.timeouts.$timeout, $self.stop_by);
         let store = &mut $self.store;
         let call = async {
             match &$self.bindings {
