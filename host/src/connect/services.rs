@@ -71,11 +71,14 @@ pub type StopSignal = watch::Receiver<Option<Instant>>;
 /// abandons the guest call: the instance must not be called again).
 pub(crate) async fn unless_stopped<T>(call: impl Future<Output = T>, stop: &mut StopSignal) -> Option<T> {
     tokio::pin!(call);
+    // The call first: one that returns at once (an idle poll) never registers a waiter.
     let deadline = tokio::select! {
+        biased;
         result = &mut call => return Some(result),
         deadline = stopped(stop) => deadline,
     };
     tokio::select! {
+        biased;
         result = &mut call => Some(result),
         _ = tokio::time::sleep_until(deadline.into()) => None,
     }
