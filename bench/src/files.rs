@@ -219,7 +219,7 @@ mod native {
         let mut batch = Vec::with_capacity(2000);
         let flush = |batch: &mut Vec<Record>| -> anyhow::Result<()> {
             if let Some(last) = batch.last() {
-                let offsets = [(partition.to_string(), last.offset.clone())];
+                let offsets = [(partition.to_string(), last.offset.to_string())];
                 stores.local().append_with_offsets(&ns, batch, &offsets)?;
             }
             batch.clear();
@@ -229,12 +229,12 @@ mod native {
             batch.push(Record {
                 topic: "bench".into(),
                 partition: partition.into(),
-                offset: serde_json::to_string(offset)?,
-                key: Some(b"big.log".to_vec()),
-                value: Some(value.as_bytes().to_vec()),
+                offset: serde_json::to_string(offset)?.into(),
+                key: Some(b"big.log".to_vec().into()),
+                value: Some(value.as_bytes().to_vec().into()),
                 headers: vec![
-                    ("file.path".into(), b"big.log".to_vec()),
-                    ("file.line".into(), offset.line.to_string().into_bytes()),
+                    ("file.path".into(), b"big.log".to_vec().into()),
+                    ("file.line".into(), offset.line.to_string().into_bytes().into()),
                 ],
                 timestamp_ms: now_ms(),
             });

@@ -117,7 +117,7 @@ pub async fn languages(plugin_dir: &Path, seconds: u64, instantiations: usize) -
             let polled = polled.map_err(|e| anyhow::anyhow!("{e:?}"))?;
             anyhow::ensure!(!polled.records.is_empty(), "{plugin} stopped producing records");
             records += polled.records.len() as u64;
-            value_bytes += polled.records.iter().map(|r| r.value.as_ref().map_or(0, Vec::len) as u64).sum::<u64>();
+            value_bytes += polled.records.iter().map(|r| r.value.map_or(0, |span| u64::from(span.len))).sum::<u64>();
         }
         rows.push(LanguageRow {
             plugin,

@@ -94,13 +94,13 @@ impl TestHost {
     /// Every value in a local topic, in order.
     pub fn values(&self, topic: &str) -> Vec<String> {
         let records = self.herder.services().stores.local().read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap();
-        records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap()).unwrap()).collect()
+        records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap().to_vec()).unwrap()).collect()
     }
 
     /// Every (key, value) in a local topic, in order, as text.
     pub fn keyed_values(&self, topic: &str) -> Vec<(String, String)> {
         let records = self.herder.services().stores.local().read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap();
-        let text = |bytes: Option<Vec<u8>>| String::from_utf8(bytes.unwrap_or_default()).unwrap();
+        let text = |bytes: Option<bytes::Bytes>| String::from_utf8(bytes.unwrap_or_default().to_vec()).unwrap();
         records.into_iter().map(|r| (text(r.record.key), text(r.record.value))).collect()
     }
 

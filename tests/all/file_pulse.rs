@@ -18,8 +18,8 @@ use crate::files::{drop_file, drop_mixed};
 pub fn by_file(host: &TestHost, topic: &str) -> BTreeMap<String, Vec<String>> {
     let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for stored in host.herder.services().stores.local().read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap() {
-        let key = String::from_utf8(stored.record.key.unwrap()).unwrap();
-        files.entry(key).or_default().push(String::from_utf8(stored.record.value.unwrap()).unwrap());
+        let key = String::from_utf8(stored.record.key.unwrap().to_vec()).unwrap();
+        files.entry(key).or_default().push(String::from_utf8(stored.record.value.unwrap().to_vec()).unwrap());
     }
     files
 }

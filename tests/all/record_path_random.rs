@@ -6,7 +6,7 @@
 
 use sluice::config::{ErrorHandling, WorkerConfig};
 use sluice::runtime::bindings::SourceRecord;
-use sluice::runtime::bindings::{Header, PollBatch};
+use sluice::runtime::bindings::{Header, PollBatch, Span};
 use sluice::storage::{DataDir, Namespace, Stores};
 
 use crate::record_path::{check, check_batch_of};
@@ -70,20 +70,46 @@ fn random_poll_batches_read_back_equal_from_both_destinations() {
             dead_letter_topic: rng.bool().then(|| "dlq".to_string()),
             log: false,
         };
-        if rng.u8(..4) == 0 {
-            // A 0.2.0 batch whose indexes may point past its partitions and topics.
-            let mut batch = PollBatch::from_records(batch);
-            for record in &mut batch.records {
-                if rng.u8(..4) == 0 {
-                    record.partition = rng.u32(..batch.partitions.len() as u32 + 2);
+        match rng.u8(..4) {
+            0 => {
+                // A batch whose indexes may point past its partitions and topics.
+                let mut batch = PollBatch::from_records(batch);
+                for record in &mut batch.records {
+                    if rng.u8(..4) == 0 {
+                        record.partition = rng.u32(..batch.partitions.len() as u32 + 2);
+                    }
+                    if rng.u8(..4) == 0 {
+                        record.topic = Some(rng.u32(..batch.topics.len() as u32 + 2));
+                    }
                 }
-                if rng.u8(..4) == 0 {
-                    record.topic = Some(rng.u32(..batch.topics.len() as u32 + 2));
-                }
+                check_batch_of(&stores, &ns, batch, &errors);
             }
-            check_batch_of(&stores, &ns, batch, &errors);
-        } else {
-            check(&stores, &ns, batch, &errors);
+            1 => {
+                // A 0.3.0 batch whose spans may name any bytes: another record's, a part of
+                // the data, or past its end (and header runs past the headers).
+                let mut batch = PollBatch::from_records(batch);
+                let (data, headers) = (batch.data.len() as u32, batch.headers.len() as u32);
+                let span = |rng: &mut fastrand::Rng, limit: u32| {
+                    let start = rng.u32(..limit + 3);
+                    Span { start, len: rng.u32(..(limit + 3).saturating_sub(start).max(1)) }
+                };
+                for record in &mut batch.records {
+                    match rng.u8(..6) {
+                        0 => record.offset = span(&mut rng, data),
+                        1 => record.value = Some(span(&mut rng, data)),
+                        2 => record.key = Some(span(&mut rng, data)),
+                        3 => record.headers = span(&mut rng, headers),
+                        _ => {}
+                    }
+                }
+                for header in &mut batch.headers {
+                    if rng.u8(..4) == 0 {
+                        header.key = span(&mut rng, data);
+                    }
+                }
+                check_batch_of(&stores, &ns, batch, &errors);
+            }
+            _ => check(&stores, &ns, batch, &errors),
         }
     }
 }

@@ -29,7 +29,7 @@ async fn tenants_see_only_their_own_offsets_and_records() {
             .read(tenant, "t", 0, 1 << 20)
             .unwrap()
             .into_iter()
-            .map(|r| String::from_utf8(r.record.value.unwrap()).unwrap())
+            .map(|r| String::from_utf8(r.record.value.unwrap().to_vec()).unwrap())
             .collect()
     };
     host.start(config("b", "50")).await;

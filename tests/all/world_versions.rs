@@ -1,34 +1,46 @@
-//! Both released versions of the world in one host: a `sluice:connector@0.1.0` plugin
-//! (`testkit`, built from its own 0.1.0 bindings, as a plugin built before 0.2.0 was) runs
-//! beside 0.2.0 plugins (the Rust SDK's `counter`), and 0.2.0's `done` flag finishes tasks
-//! and connectors.
+//! Every released version of the world in one host: a `sluice:connector@0.1.0` plugin
+//! (`testkit`, built from its own 0.1.0 bindings, as a plugin built before 0.2.0 was), a
+//! 0.2.0 one (`counter-js`, whose records are plain objects) and 0.3.0 ones (the Rust SDK's
+//! `counter`, whose batches are packed) run side by side; the `done` flag (0.2.0 on)
+//! finishes tasks and connectors.
 
 use sluice::storage::State;
 
 use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_0_1_0_plugin_runs_beside_0_2_0_plugins() {
-    let host = TestHost::new(&["testkit", "counter"]).await;
+async fn plugins_of_every_released_version_run_side_by_side() {
+    let host = TestHost::new(&["testkit", "counter-js", "counter"]).await;
     let registry = host.herder.registry();
     assert_eq!(registry.get("testkit").unwrap().pre().version(), "0.1.0");
-    assert_eq!(registry.get("counter").unwrap().pre().version(), "0.2.0");
+    assert_eq!(registry.get("counter-js").unwrap().pre().version(), "0.2.0");
+    assert_eq!(registry.get("counter").unwrap().pre().version(), "0.3.0");
 
     host.start(connector("old", "testkit", &[("topic", "old"), ("tasks.max", "2"), ("record.count", "40")])).await;
+    host.start(connector("middle", "counter-js", &[("topic", "middle"), ("batch.size", "10"), ("record.size", "8")]))
+        .await;
     host.start(connector("new", "counter", &[("topic", "new"), ("tasks.max", "2"), ("record.count", "40")])).await;
-    let (old, new) = wait_until("both versions delivered every record", || {
-        let (old, new) = (host.values("old"), host.values("new"));
-        (old.len() >= 80 && new.len() >= 80).then_some((old, new))
+    let (old, middle, new) = wait_until("every version delivered its records", || {
+        let (old, middle, new) = (host.values("old"), host.values("middle"), host.values("new"));
+        (old.len() >= 80 && middle.len() >= 100 && new.len() >= 80).then_some((old, middle, new))
     })
     .await;
     for task in 0..2 {
         assert_eq!(values_of(&old, &task.to_string()), sequence(&task.to_string(), 40), "0.1.0 task {task}");
+        // 0.3.0: every record's bytes arrive whole through the batch's spans, in order.
         let counted: Vec<&String> = new.iter().filter(|v| v.starts_with(&format!("{task}-"))).collect();
-        assert_eq!(counted.len(), 40, "0.2.0 task {task}");
+        let expected: Vec<String> =
+            (0..40).map(|seq| String::from_utf8(counter::generator::value(task, seq, 64)).unwrap()).collect();
+        assert_eq!(counted, expected.iter().collect::<Vec<_>>(), "0.3.0 task {task}");
         assert_eq!(host.seq("new", &format!(r#"{{"counter":{task}}}"#)), Some(39));
     }
-    // Neither finishes: 0.1.0 cannot say so, and this counter was not asked to.
-    for name in ["old", "new"] {
+    // 0.2.0: "<n>" then dots, 8 bytes each, in order.
+    for (n, value) in middle.iter().take(100).enumerate() {
+        assert_eq!(value, &format!("{n:.<8}"), "0.2.0 record {n}");
+    }
+    assert!(host.seq("middle", r#"{"counter":0}"#).is_some_and(|seq| seq >= 99));
+    // None finishes: 0.1.0 cannot say so, and neither counter was asked to.
+    for name in ["old", "middle", "new"] {
         let status = host.status(name).unwrap();
         assert_eq!(status.connector.state, State::Running, "{name}: {status:?}");
         assert!(status.tasks.iter().all(|t| t.state == State::Running), "{name}: {status:?}");

@@ -82,10 +82,10 @@ fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
     let mut per_task: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     let mut last_offset: BTreeMap<String, String> = BTreeMap::new();
     for stored in &records {
-        let value = String::from_utf8(stored.record.value.clone().unwrap()).unwrap();
+        let value = String::from_utf8(stored.record.value.clone().unwrap().to_vec()).unwrap();
         let (task, seq) = value.trim_end_matches('.').split_once('-').unwrap();
         per_task.entry(task.parse().unwrap()).or_default().push(seq.parse().unwrap());
-        last_offset.insert(stored.record.partition.clone(), stored.record.offset.clone());
+        last_offset.insert(stored.record.partition.to_string(), stored.record.offset.to_string());
     }
     for task in 0..TASKS {
         let seqs = per_task.remove(&task).unwrap_or_default();

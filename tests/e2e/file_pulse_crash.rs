@@ -66,8 +66,8 @@ fn file_pulse_survives_sigkill_with_every_line_exactly_once() {
     let db = crate::stores(&data).unwrap();
     let mut delivered: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for stored in db.local().read(DEFAULT_TENANT, "lines", 0, usize::MAX >> 1).unwrap() {
-        let key = String::from_utf8(stored.record.key.unwrap()).unwrap();
-        delivered.entry(key).or_default().push(String::from_utf8(stored.record.value.unwrap()).unwrap());
+        let key = String::from_utf8(stored.record.key.unwrap().to_vec()).unwrap();
+        delivered.entry(key).or_default().push(String::from_utf8(stored.record.value.unwrap().to_vec()).unwrap());
     }
     assert_eq!(delivered.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
     for (name, lines) in &expected {

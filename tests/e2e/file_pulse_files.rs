@@ -46,7 +46,7 @@ impl Run {
     fn values(&self) -> Vec<String> {
         let Ok(stores) = crate::stores(&self.data) else { return Vec::new() };
         let records = stores.local().read(DEFAULT_TENANT, "lines", 0, usize::MAX >> 1).unwrap_or_default();
-        records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap()).unwrap()).collect()
+        records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap().to_vec()).unwrap()).collect()
     }
 
     fn count(&self) -> usize {

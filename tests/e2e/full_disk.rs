@@ -52,7 +52,7 @@ fn committed(data: &Path) -> (Option<u64>, Vec<String>) {
         .and_then(|o| serde_json::from_str::<serde_json::Value>(&o).ok())
         .and_then(|o| o["seq"].as_u64());
     let records = stores.local().read(DEFAULT_TENANT, "fill", 0, usize::MAX >> 1).unwrap_or_default();
-    (seq, records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap()).unwrap()).collect())
+    (seq, records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap().to_vec()).unwrap()).collect())
 }
 
 fn assert_consistent(data: &Path) -> usize {

@@ -143,7 +143,7 @@ impl Scene {
         let records = stores.local().read(DEFAULT_TENANT, "n", 0, usize::MAX >> 1).unwrap();
         assert!(!records.is_empty());
         for (n, stored) in records.iter().enumerate() {
-            let value = String::from_utf8(stored.record.value.clone().unwrap()).unwrap();
+            let value = String::from_utf8(stored.record.value.clone().unwrap().to_vec()).unwrap();
             assert!(value.starts_with(&format!("0-{n}.")), "neighbour record {n} is {value:?}");
         }
         let _ = &self.dir;

@@ -20,12 +20,14 @@ const KILLS: usize = 6;
 
 fn stored(data: &Path, topic: &str) -> Vec<(String, String, String, String)> {
     let Ok(db) = crate::stores(data) else { return Vec::new() };
-    let text = |bytes: Option<Vec<u8>>| String::from_utf8(bytes.unwrap_or_default()).unwrap();
+    let text = |bytes: Option<bytes::Bytes>| String::from_utf8(bytes.unwrap_or_default().to_vec()).unwrap();
     db.local()
         .read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1)
         .unwrap_or_default()
         .into_iter()
-        .map(|r| (r.record.partition, r.record.offset, text(r.record.key), text(r.record.value)))
+        .map(|r| {
+            (r.record.partition.to_string(), r.record.offset.to_string(), text(r.record.key), text(r.record.value))
+        })
         .collect()
 }
 

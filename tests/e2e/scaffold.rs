@@ -49,7 +49,7 @@ fn run_until_done(project: &Path, data: &Path) -> Output {
 fn values(data: &Path, topic: &str) -> Vec<String> {
     let Ok(db) = crate::stores(data) else { return Vec::new() };
     let records = db.local().read(DEFAULT_TENANT, topic, 0, usize::MAX >> 1).unwrap_or_default();
-    records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap()).unwrap()).collect()
+    records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap().to_vec()).unwrap()).collect()
 }
 
 /// The templates' default streams.

@@ -45,7 +45,7 @@ pub fn check_batch_of(stores: &Stores, ns: &Namespace, batch: PollBatch, errors:
     let before: std::collections::BTreeMap<String, u64> = log.topics(&ns.tenant).unwrap().into_iter().collect();
     log.append_with_offsets(ns, &delivered, &offsets).unwrap();
     let mut read_back: Vec<Record> = Vec::new();
-    let mut topics: Vec<&str> = delivered.iter().map(|r| r.topic.as_str()).collect();
+    let mut topics: Vec<&str> = delivered.iter().map(|r| &*r.topic).collect();
     topics.sort();
     topics.dedup();
     for topic in topics {

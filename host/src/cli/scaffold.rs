@@ -15,13 +15,17 @@ pub enum Lang {
     Js,
 }
 
-/// `sluice:connector@0.2.0`, which every template (and the Rust SDK) targets.
+/// `sluice:connector@0.2.0`, which the Python and JavaScript templates target: its records
+/// are plain objects of each language.
 const WIT: &str = include_str!("../../../wit/0.2.0/connector.wit");
+
+/// `sluice:connector@0.3.0`, which the Rust SDK targets (it packs the records itself).
+const WIT_RUST: &str = include_str!("../../../wit/0.3.0/connector.wit");
 
 /// The Rust SDK's source, written into a Rust project as `sluice-connector/`, where the WIT
 /// world sits beside it rather than two folders up.
 const SDK_LIB: &str = include_str!("../../../plugins/sdk/src/lib.rs");
-const SDK_WIT_PATH_IN_CHECKOUT: &str = r#"path: "../../wit/0.2.0","#;
+const SDK_WIT_PATH_IN_CHECKOUT: &str = r#"path: "../../wit/0.3.0","#;
 const SDK_WIT_PATH_IN_PROJECT: &str = r#"path: "wit","#;
 /// The workspace manifest, for the wit-bindgen release the SDK is built with here.
 const WORKSPACE_MANIFEST: &str = include_str!("../../../Cargo.toml");
@@ -43,7 +47,7 @@ fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
             ("src/lib.rs", include_str!("../../templates/rust/src/lib.rs")),
             ("sluice-connector/Cargo.toml", include_str!("../../templates/rust/sdk.Cargo.toml")),
             ("sluice-connector/src/lib.rs", SDK_LIB),
-            ("sluice-connector/wit/connector.wit", WIT),
+            ("sluice-connector/wit/connector.wit", WIT_RUST),
         ],
         Lang::Python => &[("app.py", include_str!("../../templates/python/app.py")), ("wit/connector.wit", WIT)],
         Lang::Js => &[
@@ -172,7 +176,7 @@ mod tests {
         let sdk = std::fs::read_to_string(project.join("sluice-connector/src/lib.rs")).unwrap();
         assert!(SDK_LIB.contains(SDK_WIT_PATH_IN_CHECKOUT), "the SDK's generate! path moved: update scaffold.rs");
         assert!(sdk.contains(SDK_WIT_PATH_IN_PROJECT) && !sdk.contains(SDK_WIT_PATH_IN_CHECKOUT));
-        assert_eq!(std::fs::read_to_string(project.join("sluice-connector/wit/connector.wit")).unwrap(), WIT);
+        assert_eq!(std::fs::read_to_string(project.join("sluice-connector/wit/connector.wit")).unwrap(), WIT_RUST);
         let sdk_manifest = std::fs::read_to_string(project.join("sluice-connector/Cargo.toml")).unwrap();
         let pinned = format!(r#"wit-bindgen = {{ version = "{}""#, wit_bindgen_version());
         assert!(sdk_manifest.contains(&pinned) && !sdk_manifest.contains("{{"), "{sdk_manifest}");

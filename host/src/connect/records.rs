@@ -2,11 +2,15 @@
 //! partitions and offsets (through [`crate::storage::json`]), topic names, and record and
 //! batch sizes against the sandbox's caps.
 
+use std::sync::Arc;
+
+use bytes::Bytes;
+
 use crate::config::{ErrorHandling, SandboxSettings};
-use crate::runtime::bindings::{BatchRecord, PollBatch};
+use crate::runtime::bindings::{BatchHeader, BatchRecord, PollBatch, Span};
 use crate::runtime::sandbox::human_bytes;
-use crate::storage::Record;
 use crate::storage::json::{canonical_object, check_object, shorten};
+use crate::storage::{Record, Text};
 
 /// Kafka's rule: 1 to 249 characters of `[a-zA-Z0-9._-]`.
 pub fn check_topic(topic: &str) -> Result<(), String> {
@@ -28,14 +32,14 @@ pub enum Polled {
     Record(Record),
     /// An offset-only record: commit `offset` for `partition`, deliver nothing.
     OffsetOnly {
-        partition: String,
-        offset: String,
+        partition: Arc<str>,
+        offset: Text,
     },
     /// A record the checks refused under `errors.tolerance=all`: its offset, when it has a
     /// valid one, is committed in order (so a restart does not meet it again), and a copy
     /// goes to the dead-letter topic when one is set.
     Refused {
-        commit: Option<(String, String)>,
+        commit: Option<(Arc<str>, Text)>,
         dead_letter: Option<Record>,
     },
 }
@@ -46,7 +50,7 @@ impl Polled {
         match self {
             Polled::Record(r) => Some((&r.partition, &r.offset)),
             Polled::OffsetOnly { partition, offset } => Some((partition, offset)),
-            Polled::Refused { commit, .. } => commit.as_ref().map(|(p, o)| (p.as_str(), o.as_str())),
+            Polled::Refused { commit, .. } => commit.as_ref().map(|(p, o)| (&**p, o.as_str())),
         }
     }
 
@@ -74,20 +78,15 @@ pub const HEADER_OVERHEAD: u64 = 32;
 /// The most headers one record may carry.
 pub const MAX_HEADERS: usize = 1024;
 
-/// Size of a record as `sandbox.record.max.bytes` counts it: key, value, each header's
-/// key and value plus [`HEADER_OVERHEAD`], plus [`RECORD_OVERHEAD`].
-fn record_size(record: &BatchRecord) -> u64 {
-    (record.key.as_ref().map_or(0, Vec::len) + record.value.as_ref().map_or(0, Vec::len)) as u64
-        + record.headers.iter().map(|h| (h.key.len() + h.value.len()) as u64 + HEADER_OVERHEAD).sum::<u64>()
-        + RECORD_OVERHEAD
-}
-
-/// A batch's partitions and topics, each checked once however many records use it.
+/// A batch's shared parts: its partitions and topics, each checked once however many
+/// records use it, and the bytes and headers its records name by span.
 struct Shared {
     /// Each partition as given, and canonicalized or why it cannot be.
-    partitions: Vec<(String, Result<String, String>)>,
-    /// Each topic, and why it cannot be used if it cannot.
-    topics: Vec<(String, Result<(), String>)>,
+    partitions: Vec<(String, Result<Arc<str>, String>)>,
+    /// Each topic as given, and why it cannot be used if it cannot.
+    topics: Vec<(String, Result<Arc<str>, String>)>,
+    data: Bytes,
+    headers: Vec<BatchHeader>,
 }
 
 impl Shared {
@@ -98,12 +97,76 @@ impl Shared {
     fn topic_text(&self, index: u32) -> Option<&str> {
         self.topics.get(index as usize).map(|(raw, _)| raw.as_str())
     }
+
+    fn range(span: Span) -> std::ops::Range<usize> {
+        let start = span.start as usize;
+        start..start.saturating_add(span.len as usize)
+    }
+
+    /// The bytes `span` names, or why it names none: `what` is the record's part.
+    fn bytes(&self, span: Span, what: &str) -> Result<Bytes, String> {
+        let range = Self::range(span);
+        if range.end > self.data.len() {
+            return Err(format!(
+                "{what} span {}..{} is past the end of the batch's {} bytes of data",
+                range.start,
+                range.end,
+                self.data.len()
+            ));
+        }
+        Ok(self.data.slice(range))
+    }
+
+    /// The text `span` names, or why it names none.
+    fn text(&self, span: Span, what: &str) -> Result<Text, String> {
+        Text::from_utf8(self.bytes(span, what)?).map_err(|e| format!("{what} is not UTF-8 ({e})"))
+    }
+
+    /// Best effort, for messages and dead-letter copies: the bytes if the span is valid.
+    fn bytes_or_none(&self, span: Span) -> Option<Bytes> {
+        self.bytes(span, "").ok()
+    }
+
+    fn lossy(&self, span: Span) -> String {
+        self.bytes_or_none(span).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+    }
+
+    /// The headers of a record, or why its run names none.
+    fn header_run(&self, run: Span) -> Result<&[BatchHeader], String> {
+        let range = Self::range(run);
+        self.headers.get(range.clone()).ok_or_else(|| {
+            format!(
+                "headers {}..{} are past the end of the batch's {} headers",
+                range.start,
+                range.end,
+                self.headers.len()
+            )
+        })
+    }
+
+    /// What a span counts toward the caps: its length when it is inside `data` (a span
+    /// outside refuses its record anyway).
+    fn size(&self, span: Span) -> u64 {
+        if Self::range(span).end <= self.data.len() { u64::from(span.len) } else { 0 }
+    }
+
+    /// Size of a record as `sandbox.record.max.bytes` counts it: key, value, each header's
+    /// key and value plus [`HEADER_OVERHEAD`], plus [`RECORD_OVERHEAD`]. Bytes named twice
+    /// count twice: they are delivered twice.
+    fn record_size(&self, record: &BatchRecord) -> u64 {
+        let headers = self.headers.get(Self::range(record.headers)).unwrap_or_default();
+        record.key.map_or(0, |s| self.size(s))
+            + record.value.map_or(0, |s| self.size(s))
+            + headers.iter().map(|h| self.size(h.key) + self.size(h.value) + HEADER_OVERHEAD).sum::<u64>()
+            + RECORD_OVERHEAD
+    }
 }
 
 /// Checks a whole `poll` batch: the batch cap (always fatal; partitions, topics and
-/// offsets count too), then each record (its headers, size, partition, offset and topic).
-/// A bad record fails the task with the record named, or, under `errors.tolerance=all`,
-/// becomes [`Polled::Refused`]. Returns the entries in order and how many were refused.
+/// offsets count too), then each record (its headers, size, partition, offset, topic and
+/// the spans of its bytes). A bad record fails the task with the record named, or, under
+/// `errors.tolerance=all`, becomes [`Polled::Refused`]. Returns the entries in order and
+/// how many were refused. The records share the batch's bytes: nothing is copied.
 pub fn check_batch(
     batch: PollBatch,
     sandbox: &SandboxSettings,
@@ -112,8 +175,9 @@ pub fn check_batch(
     source: &Source,
 ) -> Result<(Vec<Polled>, u64), String> {
     let Source { connector, task } = *source;
-    let PollBatch { partitions, topics, records, done: _ } = batch;
-    let size: u64 = records.iter().map(|r| record_size(r) + r.offset.len() as u64).sum::<u64>()
+    let PollBatch { partitions, topics, data, headers, records, done: _ } = batch;
+    let mut shared = Shared { partitions: Vec::new(), topics: Vec::new(), data: Bytes::from(data), headers };
+    let size: u64 = records.iter().map(|r| shared.record_size(r) + shared.size(r.offset)).sum::<u64>()
         + partitions.iter().chain(&topics).map(|text| text.len() as u64 + RECORD_OVERHEAD).sum::<u64>();
     if size > sandbox.batch_max_bytes {
         return Err(format!(
@@ -123,56 +187,48 @@ pub fn check_batch(
             human_bytes(sandbox.batch_max_bytes)
         ));
     }
-    let shared = Shared {
-        partitions: partitions
-            .into_iter()
-            .map(|raw| {
-                let canonical = canonical_object(&raw).map_err(|e| format!("partition is {e}"));
-                (raw, canonical)
-            })
-            .collect(),
-        topics: topics
-            .into_iter()
-            .map(|raw| {
-                let checked = check_topic(&raw);
-                (raw, checked)
-            })
-            .collect(),
-    };
+    shared.partitions = partitions
+        .into_iter()
+        .map(|raw| {
+            let canonical = canonical_object(&raw).map(Arc::from).map_err(|e| format!("partition is {e}"));
+            (raw, canonical)
+        })
+        .collect();
+    shared.topics = topics
+        .into_iter()
+        .map(|raw| {
+            let checked = check_topic(&raw).map(|()| Arc::from(raw.as_str()));
+            (raw, checked)
+        })
+        .collect();
     let mut polled = Vec::with_capacity(records.len());
     let mut refused = 0;
-    for (index, record) in records.into_iter().enumerate() {
-        let size = record_size(&record);
-        let checked = if record.headers.len() > MAX_HEADERS {
-            let headers = record.headers.len();
-            Err((
-                Box::new(record),
-                format!("record {index} has {headers} headers, more than the {MAX_HEADERS} a record may carry"),
-            ))
+    for (index, record) in records.iter().enumerate() {
+        let size = shared.record_size(record);
+        let checked = if record.headers.len as usize > MAX_HEADERS {
+            let headers = record.headers.len;
+            Err(format!("record {index} has {headers} headers, more than the {MAX_HEADERS} a record may carry"))
         } else if size > sandbox.record_max_bytes {
-            Err((
-                Box::new(record),
-                format!(
-                    "record {index} of {} exceeds sandbox.record.max.bytes ({})",
-                    human_bytes(size),
-                    human_bytes(sandbox.record_max_bytes)
-                ),
+            Err(format!(
+                "record {index} of {} exceeds sandbox.record.max.bytes ({})",
+                human_bytes(size),
+                human_bytes(sandbox.record_max_bytes)
             ))
         } else {
             check_record(record, now_ms, &shared)
-                .map_err(|(record, reason)| (record, format!("record {index} of the poll batch refused: {reason}")))
+                .map_err(|reason| format!("record {index} of the poll batch refused: {reason}"))
         };
         match checked {
             Ok(entry) => polled.push(entry),
-            Err((_, reason)) if !errors.tolerate_all => {
+            Err(reason) if !errors.tolerate_all => {
                 return Err(format!("connector '{connector}' task {task}: {reason}"));
             }
-            Err((record, reason)) => {
+            Err(reason) => {
                 if errors.log {
                     tracing::warn!(connector, task, "skipped a record (errors.tolerance=all): {reason}");
                 }
                 refused += 1;
-                polled.push(refuse(*record, &shared, &reason, errors, sandbox, now_ms, source));
+                polled.push(refuse(record, &shared, &reason, errors, sandbox, now_ms, source));
             }
         }
     }
@@ -182,7 +238,7 @@ pub fn check_batch(
 /// A refused record: its offset if it has a valid partition and offset, and its copy for
 /// the dead-letter topic, cut to fit the record cap.
 fn refuse(
-    record: BatchRecord,
+    record: &BatchRecord,
     shared: &Shared,
     reason: &str,
     errors: &ErrorHandling,
@@ -191,12 +247,13 @@ fn refuse(
     source: &Source,
 ) -> Polled {
     let partition_text = shared.partition_text(record.partition).unwrap_or_default();
+    let offset = shared.text(record.offset, "offset").ok();
     let commit = shared
         .partitions
         .get(record.partition as usize)
         .and_then(|(_, canonical)| canonical.as_ref().ok())
-        .filter(|_| check_object(&record.offset).is_ok())
-        .map(|partition| (partition.clone(), record.offset.clone()));
+        .zip(offset.filter(|offset| check_object(offset).is_ok()))
+        .map(|(partition, offset)| (partition.clone(), offset));
     let dead_letter = errors.dead_letter_topic.as_ref().map(|topic| {
         const MESSAGE: &str = "__connect.errors.exception.message";
         const TRUNCATED: &str = "__connect.errors.truncated";
@@ -205,7 +262,7 @@ fn refuse(
             ("__connect.errors.task.id".into(), source.task.to_string().into_bytes()),
             ("__connect.errors.stage".into(), b"TASK_POLL".to_vec()),
             ("__connect.errors.source.partition".into(), shorten(partition_text).into_bytes()),
-            ("__connect.errors.source.offset".into(), shorten(&record.offset).into_bytes()),
+            ("__connect.errors.source.offset".into(), shorten(&shared.lossy(record.offset)).into_bytes()),
         ];
         if let Some(original) = record.topic.and_then(|t| shared.topic_text(t)) {
             headers.push(("__connect.errors.topic".into(), shorten(original).into_bytes()));
@@ -218,16 +275,17 @@ fn refuse(
         headers.push((MESSAGE.into(), message));
         let mut room = sandbox.record_max_bytes.saturating_sub(size(&headers) + (TRUNCATED.len() + 4) as u64);
         let mut truncated = false;
-        for header in record.headers {
-            let size = (header.key.len() + header.value.len()) as u64;
+        for header in shared.headers.get(Shared::range(record.headers)).unwrap_or_default() {
+            let (key, value) = (shared.lossy(header.key), shared.bytes_or_none(header.value).unwrap_or_default());
+            let size = (key.len() + value.len()) as u64;
             if size <= room {
                 room -= size;
-                headers.push((header.key, header.value));
+                headers.push((key, value.to_vec()));
             } else {
                 truncated = true;
             }
         }
-        let mut cut = |bytes: Option<Vec<u8>>| {
+        let mut cut = |bytes: Option<Bytes>| {
             bytes.map(|mut bytes| {
                 if bytes.len() as u64 > room {
                     bytes.truncate(room as usize);
@@ -237,62 +295,67 @@ fn refuse(
                 bytes
             })
         };
-        let key = cut(record.key);
-        let value = cut(record.value);
+        let key = cut(record.key.and_then(|s| shared.bytes_or_none(s)));
+        let value = cut(record.value.and_then(|s| shared.bytes_or_none(s)));
         if truncated {
             headers.push((TRUNCATED.into(), b"true".to_vec()));
         }
-        let (partition, offset) = commit.clone().unwrap_or_else(|| ("{}".into(), "{}".into()));
+        let (partition, offset) = commit.clone().unwrap_or_else(|| (Arc::from("{}"), Text::from("{}")));
         Record {
-            topic: topic.clone(),
+            topic: Arc::from(topic.as_str()),
             partition,
             offset,
             key,
             value,
-            headers,
+            headers: headers.into_iter().map(|(k, v)| (Text::from(k), Bytes::from(v))).collect(),
             timestamp_ms: record.timestamp.unwrap_or(now_ms),
         }
     });
     Polled::Refused { commit, dead_letter }
 }
 
-/// Checks one record from `poll` and converts it; a bad one comes back with the reason.
-/// Its partition and topic were checked once for the batch (`shared`); offsets are only
-/// checked here, and canonicalized when committed ([`latest_offsets`]).
-fn check_record(record: BatchRecord, now_ms: i64, shared: &Shared) -> Result<Polled, (Box<BatchRecord>, String)> {
+/// Checks one record from `poll` and makes the host's record of it (sharing the batch's
+/// bytes), or says why it is refused. Its partition and topic were checked once for the
+/// batch (`shared`); offsets are only checked here, and canonicalized when committed
+/// ([`latest_offsets`]).
+fn check_record(record: &BatchRecord, now_ms: i64, shared: &Shared) -> Result<Polled, String> {
     let partition = match shared.partitions.get(record.partition as usize) {
         Some((_, Ok(canonical))) => canonical.clone(),
-        Some((_, Err(e))) => return Err((Box::new(record), e.clone())),
+        Some((_, Err(e))) => return Err(e.clone()),
         None => {
-            let reason = format!(
+            return Err(format!(
                 "partition {} is not one of the batch's {} partitions",
                 record.partition,
                 shared.partitions.len()
-            );
-            return Err((Box::new(record), reason));
+            ));
         }
     };
-    if let Err(e) = check_object(&record.offset) {
-        return Err((Box::new(record), format!("offset is {e}")));
+    let offset = shared.text(record.offset, "offset")?;
+    if let Err(e) = check_object(&offset) {
+        return Err(format!("offset is {e}"));
     }
     let Some(topic_index) = record.topic else {
-        return Ok(Polled::OffsetOnly { partition, offset: record.offset });
+        return Ok(Polled::OffsetOnly { partition, offset });
     };
     let topic = match shared.topics.get(topic_index as usize) {
-        Some((topic, Ok(()))) => topic.clone(),
-        Some((_, Err(reason))) => return Err((Box::new(record), reason.clone())),
-        None => {
-            let reason = format!("topic {topic_index} is not one of the batch's {} topics", shared.topics.len());
-            return Err((Box::new(record), reason));
-        }
+        Some((_, Ok(topic))) => topic.clone(),
+        Some((_, Err(reason))) => return Err(reason.clone()),
+        None => return Err(format!("topic {topic_index} is not one of the batch's {} topics", shared.topics.len())),
     };
+    let key = record.key.map(|span| shared.bytes(span, "key")).transpose()?;
+    let value = record.value.map(|span| shared.bytes(span, "value")).transpose()?;
+    let headers = shared
+        .header_run(record.headers)?
+        .iter()
+        .map(|h| Ok((shared.text(h.key, "header key")?, shared.bytes(h.value, "header value")?)))
+        .collect::<Result<Vec<_>, String>>()?;
     Ok(Polled::Record(Record {
         topic,
         partition,
-        offset: record.offset,
-        key: record.key,
-        value: record.value,
-        headers: record.headers.into_iter().map(|h| (h.key, h.value)).collect(),
+        offset,
+        key,
+        value,
+        headers,
         timestamp_ms: record.timestamp.unwrap_or(now_ms),
     }))
 }
@@ -356,6 +419,81 @@ mod tests {
         }
     }
 
+    /// A 0.3.0 batch of one record whose parts are all valid spans of `data`.
+    fn packed(data: &[u8], offset: (u32, u32), value: Option<(u32, u32)>, headers: Vec<BatchHeader>) -> PollBatch {
+        let span = |(start, len): (u32, u32)| Span { start, len };
+        let count = headers.len() as u32;
+        PollBatch {
+            partitions: vec![r#"{"p":1}"#.into()],
+            topics: vec!["t".into()],
+            data: data.to_vec(),
+            headers,
+            records: vec![BatchRecord {
+                partition: 0,
+                offset: span(offset),
+                topic: Some(0),
+                key: None,
+                value: value.map(span),
+                headers: Span { start: 0, len: count },
+                timestamp: Some(1),
+            }],
+            done: false,
+        }
+    }
+
+    #[test]
+    fn records_share_the_batch_bytes_their_spans_name() {
+        let data = br#"{"n":1}hello"#;
+        let header = BatchHeader { key: Span { start: 7, len: 2 }, value: Span { start: 9, len: 3 } };
+        let batch = packed(data, (0, 7), Some((7, 5)), vec![header]);
+        let (polled, refused) = check_batch(
+            batch,
+            &SandboxSettings::default(),
+            &ErrorHandling::default(),
+            0,
+            &Source { connector: "c", task: 0 },
+        )
+        .unwrap();
+        assert_eq!(refused, 0);
+        let Polled::Record(record) = &polled[0] else { panic!("{polled:?}") };
+        assert_eq!((record.offset.as_str(), record.value.as_deref()), (r#"{"n":1}"#, Some(b"hello".as_slice())));
+        assert_eq!(record.headers, [(Text::from("he"), bytes::Bytes::from_static(b"llo"))]);
+    }
+
+    #[test]
+    fn spans_outside_the_batch_or_text_that_is_not_utf8_refuse_the_record() {
+        let source = Source { connector: "c", task: 0 };
+        let refused = |batch: PollBatch| {
+            check_batch(batch, &SandboxSettings::default(), &ErrorHandling::default(), 0, &source).unwrap_err()
+        };
+        let data = br#"{"n":1}hello"#;
+        let error = refused(packed(data, (0, 7), Some((7, 6)), vec![]));
+        assert!(error.ends_with("value span 7..13 is past the end of the batch's 12 bytes of data"), "{error}");
+        let error = refused(packed(data, (u32::MAX, 2), None, vec![]));
+        assert!(error.contains("offset span 4294967295..4294967297 is past the end"), "{error}");
+        let error = refused(packed(b"{\"n\":\xff}", (0, 7), None, vec![]));
+        assert!(error.ends_with("offset is not UTF-8 (invalid utf-8 sequence of 1 bytes from index 5)"), "{error}");
+        let bad_key = BatchHeader { key: Span { start: 0, len: 1 }, value: Span { start: 0, len: 0 } };
+        let error = refused(packed(b"\xff{\"n\":1}", (1, 7), None, vec![bad_key]));
+        assert!(error.contains("header key is not UTF-8"), "{error}");
+        let mut batch = packed(data, (0, 7), None, vec![]);
+        batch.records[0].headers = Span { start: 0, len: 3 };
+        let error = refused(batch);
+        assert!(error.ends_with("headers 0..3 are past the end of the batch's 0 headers"), "{error}");
+        // The record names the bytes it delivers, and they count toward the caps: many
+        // records naming the same bytes cost what they deliver.
+        let mut batch = packed(&[b'x'; 1000], (0, 0), Some((0, 1000)), vec![]);
+        batch.data.splice(0..0, br#"{"n":1}"#.iter().copied());
+        let record = BatchRecord { offset: Span { start: 0, len: 7 }, ..batch.records[0] };
+        batch.records = vec![record; 200];
+        let sandbox = SandboxSettings { batch_max_bytes: 100_000, ..SandboxSettings::default() };
+        let error = check_batch(batch, &sandbox, &ErrorHandling::default(), 0, &source).unwrap_err();
+        assert!(
+            error.contains("poll batch of 200 records") && error.contains("exceeds sandbox.batch.max.bytes"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn a_bad_record_fails_the_batch_unless_errors_are_tolerated() {
         let sandbox = SandboxSettings { record_max_bytes: 400, ..SandboxSettings::default() };
@@ -379,9 +517,9 @@ mod tests {
         assert_eq!(commits, [Some(r#"{"n":1}"#.into()), Some(r#"{"n":2}"#.into()), None, Some(r#"{"n":4}"#.into())]);
         assert_eq!(latest_offsets(&polled), [(r#"{"p":1}"#.to_string(), r#"{"n":4}"#.to_string())]);
         let Polled::Refused { dead_letter: Some(copy), .. } = &polled[1] else { panic!("{:?}", polled[1]) };
-        assert_eq!(copy.topic, "dlq");
-        let size = copy.key.as_ref().map_or(0, Vec::len)
-            + copy.value.as_ref().map_or(0, Vec::len)
+        assert_eq!(&*copy.topic, "dlq");
+        let size = copy.key.as_ref().map_or(0, |b| b.len())
+            + copy.value.as_ref().map_or(0, |b| b.len())
             + copy.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         assert!(size as u64 <= sandbox.record_max_bytes, "the dead-letter copy fits the cap: {size}");
         let header = |name: &str| {
@@ -392,6 +530,6 @@ mod tests {
         assert_eq!(header("__connect.errors.task.id").as_deref(), Some("2"));
         assert_eq!(header("__connect.errors.source.partition").as_deref(), Some(r#"{"p":1}"#));
         let delivered: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
-        assert_eq!(delivered.iter().map(|r| r.topic.as_str()).collect::<Vec<_>>(), ["t", "dlq", "dlq", "t"]);
+        assert_eq!(delivered.iter().map(|r| &*r.topic).collect::<Vec<_>>(), ["t", "dlq", "dlq", "t"]);
     }
 }

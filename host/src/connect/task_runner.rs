@@ -204,7 +204,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             Err(e) => return failed(e.to_string(), id),
             Ok(Err(ConnectorError::Retriable(message))) => {
                 tracing::warn!(connector = %connector, task = spec.task, "poll: retriable error: {}", escape_controls(&message));
-                PollBatch { partitions: Vec::new(), topics: Vec::new(), records: Vec::new(), done: false }
+                PollBatch::empty()
             }
             Ok(Err(e)) => return failed(describe_connector_error(&e), id),
             Ok(Ok(batch)) => batch,
@@ -237,11 +237,19 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             }
         } else {
             idle = Duration::ZERO;
-            let records = batch.records.iter().filter(|r| r.topic.is_some()).count() as u64;
-            services.rates.throttle(&spec.namespace.tenant, records).await;
-            // Checked in the delivery, beside the next poll: the host's per-record work
-            // and the plugin's then use a core each.
-            in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), batch)));
+            let source = Source { connector, task: spec.task };
+            let settings = &spec.settings;
+            let (polled, refused) = match check_batch(batch, &settings.sandbox, &settings.errors, now_ms(), &source) {
+                Ok(checked) => checked,
+                Err(trace) => return failed(trace, id),
+            };
+            if refused > 0 {
+                board.add_refused(&spec.namespace, spec.task, refused);
+            }
+            let offsets = latest_offsets(&polled);
+            let checked: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
+            services.rates.throttle(&spec.namespace.tenant, checked.len() as u64).await;
+            in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), checked, offsets)));
         }
         if done {
             // Everything it produced is delivered and committed before it is stopped, so
@@ -333,47 +341,18 @@ impl Delivery {
     }
 }
 
-/// A polled batch once checked: what it delivers, and what it commits.
-struct Checked {
-    records: Vec<Record>,
-    /// The last offset of each partition it advances.
-    offsets: Vec<(String, String)>,
-    /// Records refused under `errors.tolerance=all`.
-    refused: u64,
-}
-
-/// Checks a polled batch ([`check_batch`]), or says why the task fails.
-fn check(batch: PollBatch, settings: &ConnectorSettings, source: &Source) -> Result<Checked, String> {
-    let (polled, refused) = check_batch(batch, &settings.sandbox, &settings.errors, now_ms(), source)?;
-    let offsets = latest_offsets(&polled);
-    let records = polled.into_iter().filter_map(Polled::into_delivered).collect();
-    Ok(Checked { records, offsets, refused })
-}
-
-/// Checks one polled batch, then delivers it with the offsets it advances: retried while
-/// the destination says it is away for now (with a note in the task's status), given up
-/// on at the stop deadline.
+/// Delivers one checked batch with the offsets it advances: retried while the destination
+/// says it is away for now (with a note in the task's status), given up on at the stop
+/// deadline.
 async fn deliver(
     spec: &TaskSpec,
     destination: Arc<dyn Destination>,
     id: u64,
     mut stop: StopSignal,
-    batch: PollBatch,
+    checked: Vec<Record>,
+    offsets: Vec<(String, String)>,
 ) -> Delivery {
     let (board, connector) = (&spec.services.board, &spec.namespace.connector);
-    let (settings, task) = (spec.settings.clone(), spec.task);
-    let source = connector.clone();
-    let checked = tokio::task::spawn_blocking(move || check(batch, &settings, &Source { connector: &source, task }));
-    let (checked, offsets) = match checked.await {
-        Ok(Ok(Checked { records, offsets, refused })) => {
-            if refused > 0 {
-                board.add_refused(&spec.namespace, spec.task, refused);
-            }
-            (records, offsets)
-        }
-        Ok(Err(trace)) => return Delivery::Failed(trace),
-        Err(e) => return Delivery::Failed(format!("checking the batch failed: {e}")),
-    };
     let counters = spec.metrics.task(spec.task);
     let (count, commits) = (checked.len() as u64, !offsets.is_empty());
     let deliver_started = Instant::now();

@@ -17,12 +17,12 @@ pub fn bytes_json(bytes: &[u8]) -> serde_json::Value {
 pub fn record_json(record: &Record) -> serde_json::Value {
     let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
     serde_json::json!({
-        "topic": record.topic,
+        "topic": &*record.topic,
         "partition": parse(&record.partition),
         "offset": parse(&record.offset),
         "key": record.key.as_deref().map(bytes_json),
         "value": record.value.as_deref().map(bytes_json),
-        "headers": record.headers.iter().map(|(k, v)| serde_json::json!({"key": k, "value": bytes_json(v)})).collect::<Vec<_>>(),
+        "headers": record.headers.iter().map(|(k, v)| serde_json::json!({"key": k.as_str(), "value": bytes_json(v)})).collect::<Vec<_>>(),
         "timestamp": record.timestamp_ms,
     })
 }
@@ -54,7 +54,7 @@ pub fn write_record_json(out: &mut impl std::io::Write, record: &Record) -> std:
     out.write_all(b",\"headers\":[")?;
     for (index, (key, value)) in record.headers.iter().enumerate() {
         out.write_all(if index == 0 { b"{\"key\":" } else { b",{\"key\":" })?;
-        serde_json::to_writer(&mut *out, key).map_err(std::io::Error::other)?;
+        serde_json::to_writer(&mut *out, key.as_str()).map_err(std::io::Error::other)?;
         out.write_all(b",\"value\":")?;
         bytes(out, Some(value))?;
         out.write_all(b"}")?;
@@ -72,9 +72,9 @@ mod tests {
             topic: "t".into(),
             partition: r#"{"p":1}"#.into(),
             offset: r#"{"o":"x"}"#.into(),
-            key: Some(vec![0xff, 0]),
-            value: Some(b"line".to_vec()),
-            headers: vec![("h".into(), b"v".to_vec())],
+            key: Some(vec![0xff, 0].into()),
+            value: Some(b"line".to_vec().into()),
+            headers: vec![("h".into(), b"v".to_vec().into())],
             timestamp_ms: 5,
         };
         let mut out = Vec::new();

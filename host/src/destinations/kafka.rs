@@ -197,14 +197,14 @@ fn send_all(
     for (record, topic) in records.iter().zip(topics) {
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
         for (key, value) in &record.headers {
-            headers = headers.insert(Header { key, value: Some(value) });
+            headers = headers.insert(Header { key: key.as_str(), value: Some(value.as_ref()) });
         }
         let mut message = FutureRecord::<[u8], [u8]>::to(topic).headers(headers).timestamp(record.timestamp_ms);
         if let Some(key) = &record.key {
-            message = message.key(key.as_slice());
+            message = message.key(key.as_ref());
         }
         if let Some(value) = &record.value {
-            message = message.payload(value.as_slice());
+            message = message.payload(value.as_ref());
         }
         deliveries.push(send_one(producer, message)?);
     }

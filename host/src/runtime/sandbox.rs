@@ -18,8 +18,7 @@ use wasmtime::{
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::v0_1::sluice::connector::{connector_context, log, offset_storage_reader, types};
-use super::bindings::v0_2::sluice::connector as v0_2_imports;
-use super::bindings::{ConfigKey, ConfigProblem, ConnectorError, PollBatch, from_v0_2, v0_1, v0_2};
+use super::bindings::{ConfigKey, ConfigProblem, ConnectorError, PollBatch, from_v0_2, from_v0_3, v0_1, v0_2, v0_3};
 use super::plugin_log::{PluginLog, escape_controls, escape_controls_but};
 use crate::config::{CallTimeouts, SandboxSettings, WorkerSandbox};
 use crate::storage::json::canonical_object;
@@ -127,6 +126,7 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         v0_1::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         v0_2::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        v0_3::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
 
         let stop_ticker = Arc::new(AtomicBool::new(false));
         let (ticker_engine, stop) = (engine.clone(), stop_ticker.clone());
@@ -215,6 +215,7 @@ impl Runtime {
             match pre {
                 WorldPre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
                 WorldPre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
+                WorldPre::V0_3(pre) => pre.instantiate_async(&mut store).await.map(World::V0_3),
             }
         };
         let bindings = match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), instantiating).await {
@@ -390,41 +391,57 @@ impl HostState {
     }
 }
 
-impl v0_2_imports::types::Host for HostState {}
+/// The imports of a later version of the world, served by the 0.1.0 ones (their
+/// interfaces are the same).
+macro_rules! later_imports {
+    ($imports:path) => {
+        const _: () = {
+            use $imports as imports;
 
-impl v0_2_imports::offset_storage_reader::Host for HostState {
-    async fn offset(&mut self, partition: String) -> wasmtime::Result<Option<String>> {
-        offset_storage_reader::Host::offset(self, partition).await
-    }
+            impl imports::types::Host for HostState {}
 
-    async fn offsets(&mut self, partitions: Vec<String>) -> wasmtime::Result<Vec<(String, Option<String>)>> {
-        self.lookup(partitions).await
-    }
-}
+            impl imports::offset_storage_reader::Host for HostState {
+                async fn offset(&mut self, partition: String) -> wasmtime::Result<Option<String>> {
+                    offset_storage_reader::Host::offset(self, partition).await
+                }
 
-impl v0_2_imports::connector_context::Host for HostState {
-    fn request_task_reconfiguration(&mut self) {
-        connector_context::Host::request_task_reconfiguration(self)
-    }
+                async fn offsets(
+                    &mut self,
+                    partitions: Vec<String>,
+                ) -> wasmtime::Result<Vec<(String, Option<String>)>> {
+                    self.lookup(partitions).await
+                }
+            }
 
-    fn raise_error(&mut self, message: String) {
-        connector_context::Host::raise_error(self, message)
-    }
-}
+            impl imports::connector_context::Host for HostState {
+                fn request_task_reconfiguration(&mut self) {
+                    connector_context::Host::request_task_reconfiguration(self)
+                }
 
-impl v0_2_imports::log::Host for HostState {
-    fn log(&mut self, level: v0_2_imports::log::Level, message: String) {
-        use v0_2_imports::log::Level as New;
-        let level = match level {
-            New::Trace => log::Level::Trace,
-            New::Debug => log::Level::Debug,
-            New::Info => log::Level::Info,
-            New::Warn => log::Level::Warn,
-            New::Error => log::Level::Error,
+                fn raise_error(&mut self, message: String) {
+                    connector_context::Host::raise_error(self, message)
+                }
+            }
+
+            impl imports::log::Host for HostState {
+                fn log(&mut self, level: imports::log::Level, message: String) {
+                    use imports::log::Level as New;
+                    let level = match level {
+                        New::Trace => log::Level::Trace,
+                        New::Debug => log::Level::Debug,
+                        New::Info => log::Level::Info,
+                        New::Warn => log::Level::Warn,
+                        New::Error => log::Level::Error,
+                    };
+                    self.log.emit(level, &message);
+                }
+            }
         };
-        self.log.emit(level, &message);
-    }
+    };
 }
+
+later_imports!(super::bindings::v0_2::sluice::connector);
+later_imports!(super::bindings::v0_3::sluice::connector);
 
 impl connector_context::Host for HostState {
     fn request_task_reconfiguration(&mut self) {
@@ -569,6 +586,7 @@ fn describe_trap(error: &wasmtime::Error) -> String {
 pub enum WorldPre {
     V0_1(v0_1::SourceConnectorPre<HostState>),
     V0_2(v0_2::SourceConnectorPre<HostState>),
+    V0_3(v0_3::SourceConnectorPre<HostState>),
 }
 
 impl WorldPre {
@@ -577,6 +595,7 @@ impl WorldPre {
         match self {
             WorldPre::V0_1(_) => "0.1.0",
             WorldPre::V0_2(_) => "0.2.0",
+            WorldPre::V0_3(_) => "0.3.0",
         }
     }
 }
@@ -585,6 +604,7 @@ impl WorldPre {
 enum World {
     V0_1(v0_1::SourceConnector),
     V0_2(v0_2::SourceConnector),
+    V0_3(v0_3::SourceConnector),
 }
 
 /// One live instance of a plugin, for the connector or for one task.
@@ -618,10 +638,11 @@ impl PluginInstance {
 /// Calls an export under its deadline and turns failures into [`CallError`]. The deadline
 /// holds on the whole call, wall-clock: epoch interruption stops running wasm at it, and a
 /// call blocked in a host call is abandoned just after it. The export is called in the
-/// version of the world the plugin targets; `$v0_1` and `$v0_2` turn each version's result
-/// into the host's types.
+/// version of the world the plugin targets; `$v0_1` turns a 0.1.0 result into the host's
+/// types, and `$later` names the function of `from_v0_2` and `from_v0_3` that does it for
+/// the later versions.
 macro_rules! guest_call {
-    ($self:ident, $name:literal, $timeout:ident, $interface:ident . $method:ident ( $($arg:expr),* ), $v0_1:expr, $v0_2:expr) => {{
+    ($self:ident, $name:literal, $timeout:ident, $interface:ident . $method:ident ( $($arg:expr),* ), $v0_1:expr, $later:ident) => {{
         if $self.store.data().abandoned {
             return Err(CallError::Setup(format!("{} not called: the instance was abandoned", $name)));
         }
@@ -630,7 +651,8 @@ macro_rules! guest_call {
         let call = async {
             match &$self.bindings {
                 World::V0_1(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map($v0_1),
-                World::V0_2(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map($v0_2),
+                World::V0_2(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_2::$later),
+                World::V0_3(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_3::$later),
             }
         };
         match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), call).await {
@@ -640,9 +662,7 @@ macro_rules! guest_call {
     }};
 }
 
-fn same<T>(value: T) -> T {
-    value
-}
+use from_v0_2::same;
 
 pub type Pairs = Vec<(String, String)>;
 
@@ -652,20 +672,22 @@ impl PluginInstance {
     }
 
     pub async fn config_def(&mut self) -> Result<Vec<ConfigKey>, CallError> {
-        guest_call!(self, "config-def", lifecycle, sluice_connector_connector.call_config_def(), same, |keys| keys
-            .into_iter()
-            .map(from_v0_2::config_key)
-            .collect())
+        guest_call!(self, "config-def", lifecycle, sluice_connector_connector.call_config_def(), same, config_keys)
     }
 
     pub async fn validate(&mut self, config: &Pairs) -> Result<Vec<ConfigProblem>, CallError> {
-        guest_call!(self, "validate", lifecycle, sluice_connector_connector.call_validate(config), same, |problems| {
-            problems.into_iter().map(from_v0_2::config_problem).collect()
-        })
+        guest_call!(
+            self,
+            "validate",
+            lifecycle,
+            sluice_connector_connector.call_validate(config),
+            same,
+            config_problems
+        )
     }
 
     pub async fn connector_start(&mut self, config: &Pairs) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "start", lifecycle, sluice_connector_connector.call_start(config), same, from_v0_2::result)
+        guest_call!(self, "start", lifecycle, sluice_connector_connector.call_start(config), same, result)
     }
 
     pub async fn task_configs(&mut self, max_tasks: u32) -> Result<Result<Vec<Pairs>, ConnectorError>, CallError> {
@@ -675,12 +697,12 @@ impl PluginInstance {
             lifecycle,
             sluice_connector_connector.call_task_configs(max_tasks),
             same,
-            from_v0_2::result
+            result
         )
     }
 
     pub async fn tick(&mut self) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "tick", hot, sluice_connector_connector.call_tick(), same, from_v0_2::result)
+        guest_call!(self, "tick", hot, sluice_connector_connector.call_tick(), same, result)
     }
 
     pub async fn connector_stop(&mut self) -> Result<(), CallError> {
@@ -688,7 +710,7 @@ impl PluginInstance {
     }
 
     pub async fn task_start(&mut self, config: &Pairs) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "start", lifecycle, sluice_connector_task.call_start(config), same, from_v0_2::result)
+        guest_call!(self, "start", lifecycle, sluice_connector_task.call_start(config), same, result)
     }
 
     /// The next batch, whichever version the plugin targets (a 0.1.0 plugin's records are
@@ -700,12 +722,12 @@ impl PluginInstance {
             hot,
             sluice_connector_task.call_poll(),
             |polled: Result<Vec<_>, ConnectorError>| polled.map(PollBatch::from_records),
-            from_v0_2::result
+            poll
         )
     }
 
     pub async fn commit(&mut self) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "commit", hot, sluice_connector_task.call_commit(), same, from_v0_2::result)
+        guest_call!(self, "commit", hot, sluice_connector_task.call_commit(), same, result)
     }
 
     pub async fn task_stop(&mut self) -> Result<(), CallError> {

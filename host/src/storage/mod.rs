@@ -18,7 +18,7 @@ use anyhow::Context;
 
 use crate::config::{StorageKind, WorkerConfig};
 
-pub use model::{ConnectorState, ConnectorStatus, Record, State, StoredRecord, TargetState, TaskStatus};
+pub use model::{ConnectorState, ConnectorStatus, Record, State, StoredRecord, TargetState, TaskStatus, Text};
 
 /// Everything a connector owns is scoped by tenant and connector name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,18 +1,85 @@
 //! What the stores hold: records as the host checked them, and Kafka Connect's statuses.
 
+use std::sync::Arc;
+
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 /// A record after the host checked it: partition and offset in canonical JSON (keys
-/// sorted, see [`super::json`]), so that equal partitions are equal strings.
+/// sorted, see [`super::json`]), so that equal partitions are equal strings. Its parts
+/// share the buffers of the batch it came in (the topic and partition, every record of
+/// the batch; the bytes, the batch's `data`): checking a batch copies no record's bytes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
-    pub topic: String,
-    pub partition: String,
-    pub offset: String,
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub topic: Arc<str>,
+    pub partition: Arc<str>,
+    pub offset: Text,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(Text, Bytes)>,
     pub timestamp_ms: i64,
+}
+
+/// UTF-8 text in shared bytes (a record's offset, a header's key): checked once when
+/// made, then read as `&str` without copying.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Text(Bytes);
+
+impl Text {
+    /// The bytes as text, or why they are not UTF-8.
+    pub fn from_utf8(bytes: Bytes) -> Result<Text, std::str::Utf8Error> {
+        std::str::from_utf8(&bytes)?;
+        Ok(Text(bytes))
+    }
+
+    pub fn as_str(&self) -> &str {
+        // SAFETY: every `Text` was checked to be UTF-8 when it was made (`from_utf8`, or
+        // from a `str`), and `Bytes` never change.
+        unsafe { std::str::from_utf8_unchecked(&self.0) }
+    }
+}
+
+impl std::ops::Deref for Text {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<String> for Text {
+    fn from(text: String) -> Text {
+        Text(Bytes::from(text.into_bytes()))
+    }
+}
+
+impl From<&str> for Text {
+    fn from(text: &str) -> Text {
+        Text(Bytes::copy_from_slice(text.as_bytes()))
+    }
+}
+
+impl PartialEq<str> for Text {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Text {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Debug for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A record as stored in the local destination.

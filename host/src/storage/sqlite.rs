@@ -15,9 +15,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::Context;
+use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::model::{ConnectorStatus, Record, StoredRecord, TargetState};
+use super::model::{ConnectorStatus, Record, StoredRecord, TargetState, Text};
 use super::{ConfigStore, Namespace, OffsetStore, RecordLog, StatusStore, StoredConnector};
 
 pub struct SqliteStore {
@@ -173,24 +174,24 @@ fn append(
         let mut sources: Vec<(&str, i64)> = Vec::new();
         let mut headers = Vec::new();
         for record in records {
-            let topic = match topics.iter().position(|(name, _, _)| *name == record.topic) {
+            let topic = match topics.iter().position(|(name, _, _)| *name == &*record.topic) {
                 Some(index) => index,
                 None => {
                     let found = topic_of
-                        .query_row(params![ns.tenant, record.topic], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .query_row(params![ns.tenant, &*record.topic], |r| Ok((r.get(0)?, r.get(1)?)))
                         .optional()?;
                     let (id, next) = match found {
                         Some(found) => found,
-                        None => (new_topic.query_row(params![ns.tenant, record.topic], |r| r.get(0))?, 0),
+                        None => (new_topic.query_row(params![ns.tenant, &*record.topic], |r| r.get(0))?, 0),
                     };
                     topics.push((&record.topic, id, next));
                     topics.len() - 1
                 }
             };
-            let source = match sources.iter().find(|(partition, _)| *partition == record.partition) {
+            let source = match sources.iter().find(|(partition, _)| *partition == &*record.partition) {
                 Some((_, id)) => *id,
                 None => {
-                    let key = params![ns.tenant, ns.connector, record.partition];
+                    let key = params![ns.tenant, ns.connector, &*record.partition];
                     let id = match source_of.query_row(key, |r| r.get(0)).optional()? {
                         Some(id) => id,
                         None => new_source.query_row(key, |r| r.get(0))?,
@@ -209,7 +210,7 @@ fn append(
             // Bound one by one: `params!` boxes each value as a `dyn ToSql` per row.
             insert.raw_bind_parameter(1, log_key(*topic_id, *next))?;
             insert.raw_bind_parameter(2, source)?;
-            insert.raw_bind_parameter(3, &record.offset)?;
+            insert.raw_bind_parameter(3, record.offset.as_str())?;
             insert.raw_bind_parameter(4, record.key.as_deref())?;
             insert.raw_bind_parameter(5, record.value.as_deref())?;
             insert.raw_bind_parameter(6, headers.as_slice())?;
@@ -228,20 +229,23 @@ fn append(
 /// A record's headers as stored: for each, the key's and the value's length (4 bytes,
 /// little-endian) each followed by its bytes. Rows written before this form hold the
 /// headers as JSON text, which [`decode_headers`] still reads.
-fn encode_headers(headers: &[(String, Vec<u8>)], out: &mut Vec<u8>) {
+fn encode_headers(headers: &[(Text, Bytes)], out: &mut Vec<u8>) {
     out.clear();
     for (key, value) in headers {
-        for part in [key.as_bytes(), value.as_slice()] {
+        for part in [key.as_bytes(), value] {
             out.extend_from_slice(&(part.len() as u32).to_le_bytes());
             out.extend_from_slice(part);
         }
     }
 }
 
-fn decode_headers(stored: rusqlite::types::ValueRef<'_>) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+fn decode_headers(stored: rusqlite::types::ValueRef<'_>) -> anyhow::Result<Vec<(Text, Bytes)>> {
     use rusqlite::types::ValueRef;
     let mut rest = match stored {
-        ValueRef::Text(json) => return Ok(serde_json::from_slice(json)?),
+        ValueRef::Text(json) => {
+            let headers: Vec<(String, Vec<u8>)> = serde_json::from_slice(json)?;
+            return Ok(headers.into_iter().map(|(k, v)| (Text::from(k), Bytes::from(v))).collect());
+        }
         ValueRef::Blob(blob) => blob,
         other => anyhow::bail!("headers stored as {:?}", other.data_type()),
     };
@@ -256,7 +260,7 @@ fn decode_headers(stored: rusqlite::types::ValueRef<'_>) -> anyhow::Result<Vec<(
     let mut headers = Vec::new();
     while !rest.is_empty() {
         let key = String::from_utf8(take(&mut rest)?.to_vec()).context("a header key that is not UTF-8")?;
-        headers.push((key, take(&mut rest)?.to_vec()));
+        headers.push((Text::from(key), Bytes::copy_from_slice(take(&mut rest)?)));
     }
     Ok(headers)
 }
@@ -511,11 +515,11 @@ impl RecordLog for SqliteStore {
                 offset: offset as u64,
                 connector,
                 record: Record {
-                    topic: topic.to_string(),
-                    partition,
-                    offset: source_offset,
-                    key,
-                    value,
+                    topic: topic.into(),
+                    partition: partition.into(),
+                    offset: source_offset.into(),
+                    key: key.map(Bytes::from),
+                    value: value.map(Bytes::from),
                     headers: headers?,
                     timestamp_ms,
                 },
@@ -539,8 +543,8 @@ mod tests {
             partition: partition.into(),
             offset: offset.into(),
             key: None,
-            value: Some(b"v".to_vec()),
-            headers: vec![("h".into(), b"1".to_vec())],
+            value: Some(b"v".to_vec().into()),
+            headers: vec![("h".into(), b"1".to_vec().into())],
             timestamp_ms: 7,
         }
     }

@@ -3,11 +3,19 @@
 
 /// The value of record `seq` of `task`: `"<task>-<seq>"` then `.` up to `size` bytes.
 pub fn value(task: u32, seq: u64, size: usize) -> Vec<u8> {
-    let mut value = format!("{task}-{seq}").into_bytes();
-    if value.len() < size {
-        value.resize(size, b'.');
-    }
+    let mut value = Vec::new();
+    write_value(&mut value, task, seq, size);
     value
+}
+
+/// Appends [`value`] to `out`.
+pub fn write_value(out: &mut Vec<u8>, task: u32, seq: u64, size: usize) {
+    use std::io::Write;
+    let start = out.len();
+    let _ = write!(out, "{task}-{seq}");
+    if out.len() - start < size {
+        out.resize(start + size, b'.');
+    }
 }
 
 /// One generated record, before it is turned into the host's record type.
@@ -29,15 +37,25 @@ pub fn batch(task: u32, next: u64, batch: usize, count: u64, size: usize) -> Vec
         // Nothing to make: an idle task's poll costs next to nothing.
         return Vec::new();
     }
-    let partition = format!("{{\"counter\":{task}}}");
+    let partition = partition(task);
     (next..end)
-        .map(|seq| Generated {
-            seq,
-            partition: partition.clone(),
-            offset: format!("{{\"seq\":{seq}}}"),
-            value: value(task, seq, size),
+        .map(|seq| {
+            let mut offset = String::new();
+            write_offset(&mut offset, seq);
+            Generated { seq, partition: partition.clone(), offset, value: value(task, seq, size) }
         })
         .collect()
+}
+
+/// `{"counter":<task>}`: the partition of a task's records.
+pub fn partition(task: u32) -> String {
+    format!("{{\"counter\":{task}}}")
+}
+
+/// Appends `{"seq":<seq>}`, the offset of record `seq`, to `out`.
+pub fn write_offset(out: &mut String, seq: u64) {
+    use std::fmt::Write;
+    let _ = write!(out, "{{\"seq\":{seq}}}");
 }
 
 #[cfg(test)]
@@ -50,5 +68,8 @@ mod tests {
         assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [8, 9]);
         assert_eq!(records[0].value, b"2-8...");
         assert_eq!(records[1].offset, r#"{"seq":9}"#);
+        let mut out = b"x".to_vec();
+        write_value(&mut out, 2, 8, 6);
+        assert_eq!(out, b"x2-8...");
     }
 }

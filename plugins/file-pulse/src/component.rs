@@ -25,9 +25,7 @@ use crate::offset::{End, FileOffset, HEAD_BYTES, head_hash, partition};
 use crate::reader::{LineReader, is_too_long, read_whole};
 use crate::settings::{Cleanup, Completion, KEYS, ReadMode, Settings};
 
-use sluice_connector::{
-    Config, ConfigKey, ConfigProblem, ConfigType, Connector, Error, Header, Importance, Record, Task, log,
-};
+use sluice_connector::{Batch, Config, ConfigKey, ConfigProblem, ConfigType, Connector, Error, Importance, Task, log};
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -815,31 +813,51 @@ struct TaskState {
     stall_after_lines: Option<u64>,
 }
 
-impl TaskFile {
-    fn record(&self, topic: &str, value: Option<Vec<u8>>) -> Record {
-        Record {
-            partition: self.partition.clone(),
-            offset: self.offset.to_json(),
-            topic: value.as_ref().map(|_| topic.to_string()),
-            key: Some(self.key.path.clone().into_bytes()),
-            value,
-            headers: vec![
-                Header { key: "file.path".into(), value: self.key.path.clone().into_bytes() },
-                Header { key: "file.line".into(), value: self.offset.line.to_string().into_bytes() },
-            ],
-            timestamp: Some(poll_clock_ms() as i64),
+/// Writes one record of a file into the batch: `line` (or, without one, an offset-only
+/// record), keyed by the file's path, with its path and line number as headers. Takes the
+/// file's parts rather than the file, so a line still borrowed from its reader can be
+/// written.
+fn put(batch: &mut Batch, partition: &str, offset: &FileOffset, path: &str, topic: &str, line: Option<&[u8]>) {
+    thread_local! {
+        static OFFSET: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    OFFSET.with_borrow_mut(|text| {
+        text.clear();
+        offset.write_json(text);
+        let mut number = [0u8; 20];
+        let record = batch.record(partition, text, line.map(|_| topic)).key(path.as_bytes());
+        let record = match line {
+            Some(line) => record.value(line),
+            None => record,
+        };
+        record
+            .header("file.path", path.as_bytes())
+            .header("file.line", decimal(offset.line, &mut number))
+            .timestamp(poll_clock_ms() as i64);
+    });
+}
+
+/// `n` in decimal, written into `digits`.
+fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &digits[at..];
         }
+    }
+}
+
+impl TaskFile {
+    fn put(&self, batch: &mut Batch, topic: &str, line: Option<&[u8]>) {
+        put(batch, &self.partition, &self.offset, &self.key.path, topic, line);
     }
 
     /// Ends this version of the file: the done flag rides on its last record of this poll,
     /// or on an offset-only record when this poll produced none (or it failed).
-    fn finish(
-        &mut self,
-        records: &mut Vec<Record>,
-        last_of_this_poll: Option<usize>,
-        end: End,
-        failed: Option<String>,
-    ) {
+    fn finish(&mut self, batch: &mut Batch, last_of_this_poll: Option<usize>, end: End, failed: Option<String>) {
         if let Some(stat) = self.open.as_ref().and_then(|open| open.file.stat().ok()) {
             self.offset.size = stat.size;
             self.offset.mtime = mtime_ns(&stat);
@@ -853,8 +871,8 @@ impl TaskFile {
         self.finished = true;
         self.open = None;
         match last_of_this_poll {
-            Some(index) if end != End::Failed => records[index].offset = self.offset.to_json(),
-            _ => records.push(self.record("", None)),
+            Some(index) if end != End::Failed => batch.set_offset(index, &self.offset.to_json()),
+            _ => self.put(batch, "", None),
         }
     }
 
@@ -948,14 +966,14 @@ impl TaskState {
     }
 
     /// Reads from one file until the poll's budget is spent or nothing more is there.
-    fn read_file(&mut self, index: usize, records: &mut Vec<Record>, bytes: &mut usize) {
+    fn read_file(&mut self, index: usize, batch: &mut Batch, bytes: &mut usize) {
         let settings = Rc::clone(&self.settings);
         if settings.read_mode == ReadMode::Bytes {
-            return self.read_whole_file(index, records, bytes);
+            return self.read_whole_file(index, batch, bytes);
         }
         if self.files[index].open.is_none() {
             if let Err((end, why)) = self.open_file(index) {
-                return self.files[index].finish(records, None, end, Some(why));
+                return self.files[index].finish(batch, None, end, Some(why));
             }
             if self.files[index].open.is_none() {
                 return; // no reader slot this time
@@ -969,66 +987,66 @@ impl TaskState {
         }
         // Rewritten while this poll read it: what was read may be new content at old
         // positions, so it is dropped (nothing was delivered yet) and the new version read.
-        let first = records.len();
-        let rewritten_meanwhile = |file: &mut TaskFile, records: &mut Vec<Record>| {
+        let first = batch.len();
+        let rewritten_meanwhile = |file: &mut TaskFile, batch: &mut Batch| {
             let why = file.rewritten()?;
-            records.truncate(first);
+            batch.truncate(first);
             file.restart_version(why);
             Some(())
         };
         let mut last_of_this_poll = None;
         let hold_partial = settings.completion == Completion::Tail;
-        while records.len() < settings.poll_max_records && *bytes < settings.poll_max_bytes {
+        while batch.len() < settings.poll_max_records && *bytes < settings.poll_max_bytes {
             if stall_after.is_some_and(|n| file.offset.line >= n) {
                 return;
             }
             let open = file.open.as_mut().expect("opened above");
             open.last_poll = polls;
             match open.reader.next_line(hold_partial) {
-                Ok(Some(line)) => {
-                    file.offset.position = open.reader.position;
+                Ok(Some((line, position))) => {
+                    file.offset.position = position;
                     file.offset.line += 1;
                     if !file.key.path.ends_with(".gz") {
                         file.offset.size = file.offset.size.max(file.offset.position);
                     }
                     file.last_growth_ms = poll_clock_ms();
                     *bytes += line.len();
-                    records.push(file.record(&settings.topic, Some(line)));
-                    last_of_this_poll = Some(records.len() - 1);
+                    put(batch, &file.partition, &file.offset, &file.key.path, &settings.topic, Some(line));
+                    last_of_this_poll = Some(batch.len() - 1);
                     file.announce = false;
                 }
                 Ok(None) => {
-                    if rewritten_meanwhile(file, records).is_some() {
+                    if rewritten_meanwhile(file, batch).is_some() {
                         return;
                     }
-                    return Self::at_end(file, &settings, records, last_of_this_poll);
+                    return Self::at_end(file, &settings, batch, last_of_this_poll);
                 }
                 Err(e) if is_too_long(&e) => {
                     let reason = format!("line {} is {e}", file.offset.line + 1);
-                    return file.finish(records, last_of_this_poll, End::Failed, Some(reason));
+                    return file.finish(batch, last_of_this_poll, End::Failed, Some(reason));
                 }
                 Err(e) => {
                     let reason = format!("cannot be read: {e}");
-                    return file.finish(records, last_of_this_poll, End::Failed, Some(reason));
+                    return file.finish(batch, last_of_this_poll, End::Failed, Some(reason));
                 }
             }
         }
-        if rewritten_meanwhile(file, records).is_some() {
+        if rewritten_meanwhile(file, batch).is_some() {
             return;
         }
         // The budget ran out mid-file: note the size seen on the last record.
         if let (Some(index), Some(stat)) = (last_of_this_poll, file.open.as_ref().and_then(|o| o.file.stat().ok())) {
             file.offset.size = stat.size;
             file.offset.mtime = mtime_ns(&stat);
-            records[index].offset = file.offset.to_json();
+            batch.set_offset(index, &file.offset.to_json());
         }
     }
 
     /// Everything there is now was read: decide whether the file is done.
-    fn at_end(file: &mut TaskFile, settings: &Settings, records: &mut Vec<Record>, last: Option<usize>) {
+    fn at_end(file: &mut TaskFile, settings: &Settings, batch: &mut Batch, last: Option<usize>) {
         let open = file.open.as_ref().expect("open");
         let Ok(stat) = open.file.stat() else {
-            return file.finish(records, last, End::Failed, Some("cannot be read: its status is unavailable".into()));
+            return file.finish(batch, last, End::Failed, Some("cannot be read: its status is unavailable".into()));
         };
         let compressed = file.key.path.ends_with(".gz");
         if !compressed && stat.size < file.offset.position {
@@ -1041,7 +1059,7 @@ impl TaskState {
         file.offset.mtime = mtime_ns(&stat);
         let now = now_ms();
         match settings.completion {
-            Completion::Eof if seen_all => file.finish(records, last, End::Eof, None),
+            Completion::Eof if seen_all => file.finish(batch, last, End::Eof, None),
             Completion::Eof => {}
             Completion::Tail => {
                 let end = if stat.link_count == 0 {
@@ -1062,16 +1080,17 @@ impl TaskState {
                     Some(end) if seen_all => {
                         let mut last = last;
                         // A removed or rotated file will not get its last newline.
-                        if matches!(end, End::Removed | End::Rotated)
-                            && let Ok(Some(line)) = file.open.as_mut().expect("open").reader.next_line(false)
-                        {
-                            file.offset.position = file.open.as_ref().expect("open").reader.position;
-                            file.offset.line += 1;
-                            records.push(file.record(&settings.topic, Some(line)));
-                            last = Some(records.len() - 1);
+                        if matches!(end, End::Removed | End::Rotated) {
+                            let open = file.open.as_mut().expect("open");
+                            if let Ok(Some((line, position))) = open.reader.next_line(false) {
+                                file.offset.position = position;
+                                file.offset.line += 1;
+                                put(batch, &file.partition, &file.offset, &file.key.path, &settings.topic, Some(line));
+                                last = Some(batch.len() - 1);
+                            }
                         }
                         file.offset.head = head_of(&file.open.as_ref().expect("open").file, file.offset.position);
-                        file.finish(records, last, end, None);
+                        file.finish(batch, last, end, None);
                     }
                     _ => {
                         if grew || file.announce {
@@ -1079,8 +1098,8 @@ impl TaskState {
                             file.last_growth_ms = now;
                             // Progress the connector can see, also when no line is complete.
                             match last {
-                                Some(index) => records[index].offset = file.offset.to_json(),
-                                None => records.push(file.record("", None)),
+                                Some(index) => batch.set_offset(index, &file.offset.to_json()),
+                                None => file.put(batch, "", None),
                             }
                         }
                     }
@@ -1089,14 +1108,14 @@ impl TaskState {
         }
     }
 
-    fn read_whole_file(&mut self, index: usize, records: &mut Vec<Record>, bytes: &mut usize) {
+    fn read_whole_file(&mut self, index: usize, batch: &mut Batch, bytes: &mut usize) {
         let settings = Rc::clone(&self.settings);
         let file = &mut self.files[index];
         let descriptor = match open(&file.absolute) {
             Ok(d) if d.metadata_hash().map(hash_hex).ok().as_deref() == Some(file.key.id.as_str()) => Rc::new(d),
             _ => {
                 let why = "not found at its listed path, or it now names another file".to_string();
-                return file.finish(records, None, End::Missing, Some(why));
+                return file.finish(batch, None, End::Missing, Some(why));
             }
         };
         let stat = descriptor.stat().ok();
@@ -1114,14 +1133,14 @@ impl TaskState {
                 file.offset.mtime = stat.as_ref().map_or(0, mtime_ns);
                 file.offset.line = 1;
                 *bytes += content.len();
-                records.push(file.record(&settings.topic, Some(content)));
-                let last = records.len() - 1;
-                file.finish(records, Some(last), End::Eof, None);
+                file.put(batch, &settings.topic, Some(&content));
+                let last = batch.len() - 1;
+                file.finish(batch, Some(last), End::Eof, None);
             }
             Err(e) => {
                 file.offset.size = stat.as_ref().map_or(0, |s| s.size);
                 file.offset.mtime = stat.as_ref().map_or(0, mtime_ns);
-                file.finish(records, None, End::Failed, Some(format!("cannot be read: {e}")));
+                file.finish(batch, None, End::Failed, Some(format!("cannot be read: {e}")));
             }
         }
     }
@@ -1188,25 +1207,25 @@ impl Task for TaskState {
         Ok(TaskState { settings: Rc::new(settings), files, cursor: 0, polls: 0, stall_after_lines })
     }
 
-    fn poll(&mut self) -> Result<Vec<Record>, Error> {
+    /// Lines are written straight into the batch (no allocation per line).
+    fn poll_into(&mut self, batch: &mut Batch) -> Result<(), Error> {
         POLL_CLOCK_MS.set(now_ms());
-        let mut records = Vec::new();
         let mut bytes = 0;
         let count = self.files.len();
         let settings = Rc::clone(&self.settings);
         self.polls += 1;
         for step in 0..count {
-            if records.len() >= settings.poll_max_records || bytes >= settings.poll_max_bytes {
+            if batch.len() >= settings.poll_max_records || bytes >= settings.poll_max_bytes {
                 break;
             }
             let index = (self.cursor + step) % count;
             if !self.files[index].finished {
-                self.read_file(index, &mut records, &mut bytes);
+                self.read_file(index, batch, &mut bytes);
             }
         }
         // The next poll starts with the next file: every file gets its turn.
         self.cursor = if count == 0 { 0 } else { (self.cursor + 1) % count };
-        Ok(records)
+        Ok(())
     }
 }
 

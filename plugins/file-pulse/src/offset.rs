@@ -108,6 +108,13 @@ impl FileOffset {
     /// The offset as JSON, the same text serde writes. The common case (a plain offset of
     /// a file with a printable ASCII path) is written directly: it is built for every line.
     pub fn to_json(&self) -> String {
+        let mut json = String::with_capacity(self.path.len() + 96);
+        self.write_json(&mut json);
+        json
+    }
+
+    /// Appends [`FileOffset::to_json`]'s text to `json`.
+    pub fn write_json(&self, json: &mut String) {
         let plain_path = self.path.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
         let plain = self.end == End::Eof
             && self.failed.is_none()
@@ -115,9 +122,9 @@ impl FileOffset {
             && self.attempt == 0
             && self.head.is_none();
         if !(plain && plain_path) {
-            return serde_json::to_string(self).expect("offsets serialize");
+            json.push_str(&serde_json::to_string(self).expect("offsets serialize"));
+            return;
         }
-        let mut json = String::with_capacity(self.path.len() + 96);
         json.push_str("{\"path\":\"");
         json.push_str(&self.path);
         for (name, value) in [
@@ -127,10 +134,9 @@ impl FileOffset {
             (",\"mtime\":", self.mtime),
         ] {
             json.push_str(name);
-            push_decimal(&mut json, value);
+            push_decimal(json, value);
         }
         json.push_str(if self.done { ",\"done\":true}" } else { ",\"done\":false}" });
-        json
     }
 
     /// The start of a version of a file.

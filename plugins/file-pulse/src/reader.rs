@@ -33,6 +33,8 @@ pub struct LineReader {
     pub position: u64,
     /// A line whose newline has not been written yet (tail mode holds it back).
     pending: Vec<u8>,
+    /// The line [`LineReader::next_line`] handed out last (its buffer is reused).
+    line: Vec<u8>,
     max_line: usize,
 }
 
@@ -40,7 +42,13 @@ impl LineReader {
     /// Reads lines from `source`, which starts at byte `position` of the (decompressed)
     /// file; lines longer than `max_line` are [`TooLong`].
     pub fn new(source: Box<dyn Read>, position: u64, max_line: usize) -> LineReader {
-        LineReader { source: BufReader::with_capacity(BUFFER, source), position, pending: Vec::new(), max_line }
+        LineReader {
+            source: BufReader::with_capacity(BUFFER, source),
+            position,
+            pending: Vec::new(),
+            line: Vec::new(),
+            max_line,
+        }
     }
 
     /// Lines of a gzip stream read from its start, skipping to decompressed `position`.
@@ -60,8 +68,10 @@ impl LineReader {
 
     /// The next line, or `None` at the end of what is there now. With `hold_partial`, a
     /// last line without its newline is kept back until the newline arrives (tail mode);
-    /// otherwise it is returned as the file's last line.
-    pub fn next_line(&mut self, hold_partial: bool) -> io::Result<Option<Vec<u8>>> {
+    /// otherwise it is returned as the file's last line, with the position after it. The
+    /// line lives in the reader's buffer until the next call: reading lines allocates
+    /// nothing once warm.
+    pub fn next_line(&mut self, hold_partial: bool) -> io::Result<Option<(&[u8], u64)>> {
         loop {
             let available = self.source.fill_buf()?;
             if available.is_empty() {
@@ -69,7 +79,7 @@ impl LineReader {
                     return Ok(None);
                 }
                 self.position += self.pending.len() as u64;
-                return Ok(Some(std::mem::take(&mut self.pending)));
+                return Ok(Some(self.hand_out()));
             }
             let (taken, complete) = match available.iter().position(|&b| b == b'\n') {
                 Some(end) => (end, true),
@@ -82,19 +92,29 @@ impl LineReader {
             self.source.consume(taken + usize::from(complete));
             if complete {
                 self.position += self.pending.len() as u64 + 1;
-                let mut line = std::mem::take(&mut self.pending);
-                if line.last() == Some(&b'\r') {
-                    line.pop();
+                if self.pending.last() == Some(&b'\r') {
+                    self.pending.pop();
                 }
-                if line.len() > self.max_line {
+                if self.pending.len() > self.max_line {
+                    self.pending.clear();
                     return Err(io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: self.max_line }));
                 }
-                return Ok(Some(line));
+                return Ok(Some(self.hand_out()));
             }
             if self.pending.len() > self.max_line + 1 {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: self.max_line }));
             }
         }
+    }
+}
+
+impl LineReader {
+    /// The pending line becomes the handed-out one; the pending buffer starts empty with
+    /// the old line's room.
+    fn hand_out(&mut self) -> (&[u8], u64) {
+        std::mem::swap(&mut self.line, &mut self.pending);
+        self.pending.clear();
+        (&self.line, self.position)
     }
 }
 
@@ -117,8 +137,8 @@ mod tests {
     fn lines(text: &[u8], from: u64, hold: bool, max: usize) -> io::Result<(Vec<String>, u64)> {
         let mut reader = LineReader::new(Box::new(io::Cursor::new(text[from as usize..].to_vec())), from, max);
         let mut out = Vec::new();
-        while let Some(line) = reader.next_line(hold)? {
-            out.push(String::from_utf8(line).unwrap());
+        while let Some((line, _)) = reader.next_line(hold)? {
+            out.push(String::from_utf8(line.to_vec()).unwrap());
         }
         Ok((out, reader.position))
     }
@@ -136,7 +156,7 @@ mod tests {
     fn a_line_longer_than_a_record_is_too_long_and_nothing_after_it_is_read() {
         let text = format!("ok\n{}\nafter\n", "x".repeat(50));
         let mut reader = LineReader::new(Box::new(io::Cursor::new(text.into_bytes())), 0, 10);
-        assert_eq!(reader.next_line(false).unwrap().unwrap(), b"ok");
+        assert_eq!(reader.next_line(false).unwrap().unwrap(), (b"ok".as_slice(), 3));
         let error = reader.next_line(false).unwrap_err();
         assert!(is_too_long(&error), "{error}");
         assert_eq!(reader.position, 3, "the position stays before the long line");
@@ -151,7 +171,7 @@ mod tests {
         encoder.write_all(b"x\ny\n").unwrap();
         let gz = encoder.finish().unwrap();
         let mut reader = LineReader::gzip(Box::new(io::Cursor::new(gz.clone())), 2, 100).unwrap();
-        assert_eq!(reader.next_line(false).unwrap().unwrap(), b"y");
+        assert_eq!(reader.next_line(false).unwrap().unwrap().0, b"y");
         assert_eq!(reader.position, 4);
         assert_eq!(read_whole(Box::new(io::Cursor::new(gz.clone())), true, 4, "cap").unwrap(), b"x\ny\n");
         assert!(read_whole(Box::new(io::Cursor::new(gz)), true, 3, "cap").unwrap_err().to_string().contains("cap"));

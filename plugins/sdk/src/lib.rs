@@ -2,9 +2,10 @@
 //! call [`export_connector!`]. Build with `cargo build --release --target wasm32-wasip2`
 //! (crate type `cdylib`) and drop the `.wasm` into Sluice's plugin folder.
 //!
-//! The plugin targets `sluice:connector@0.2.0` (`wit/0.2.0/connector.wit`): the SDK turns
-//! the records a task returns into 0.2.0's `poll-batch` (each distinct partition and topic
-//! once), and [`Task::is_done`] into its `done` flag.
+//! The plugin targets `sluice:connector@0.3.0` (`wit/0.3.0/connector.wit`): the SDK packs
+//! the records a task returns into 0.3.0's `poll-batch` (each distinct partition and topic
+//! once, every record's bytes back to back in one buffer), and [`Task::is_done`] into its
+//! `done` flag.
 //!
 //! A whole connector that counts, one partition per task:
 //!
@@ -58,7 +59,7 @@ use serde::de::DeserializeOwned;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/0.2.0",
+        path: "../../wit/0.3.0",
         world: "source-connector",
         pub_export_macro: true,
         export_macro_name: "export_bindings",
@@ -67,8 +68,15 @@ pub mod bindings {
 }
 
 pub use bindings::sluice::connector::types::{
-    ConfigKey, ConfigProblem, ConfigType, ConnectorError as Error, Header, Importance,
+    ConfigKey, ConfigProblem, ConfigType, ConnectorError as Error, Importance,
 };
+
+/// One record header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub key: String,
+    pub value: Vec<u8>,
+}
 
 /// One record a task returns from `poll`.
 #[derive(Debug, Clone)]
@@ -87,10 +95,9 @@ pub struct Record {
     pub timestamp: Option<i64>,
 }
 
-#[doc(hidden)]
-pub mod batch {
+mod batch {
     use super::Record;
-    use crate::bindings::sluice::connector::types::{BatchRecord, PollBatch};
+    use crate::bindings::sluice::connector::types::{BatchHeader, BatchRecord, PollBatch, Span};
 
     /// Past this many distinct partitions (or topics) a batch looks them up in a map
     /// rather than by scanning.
@@ -105,26 +112,26 @@ pub mod batch {
     }
 
     impl Interner {
-        fn index(&mut self, text: String) -> u32 {
+        fn index(&mut self, text: &str) -> u32 {
             // Records of one batch mostly share a partition and a topic: the last one
             // first.
-            if self.list.get(self.last) == Some(&text) {
+            if self.list.get(self.last).is_some_and(|last| last == text) {
                 return self.last as u32;
             }
             let found = if self.list.len() <= SCAN_LIMIT {
-                self.list.iter().position(|known| *known == text)
+                self.list.iter().position(|known| known == text)
             } else {
                 if self.map.len() != self.list.len() {
                     self.map = self.list.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
                 }
-                self.map.get(&text).map(|&i| i as usize)
+                self.map.get(text).map(|&i| i as usize)
             };
             let at = found.unwrap_or_else(|| {
                 // A map, once built, stays complete.
                 if !self.map.is_empty() {
-                    self.map.insert(text.clone(), self.list.len() as u32);
+                    self.map.insert(text.to_string(), self.list.len() as u32);
                 }
-                self.list.push(text);
+                self.list.push(text.to_string());
                 self.list.len() - 1
             });
             self.last = at;
@@ -132,22 +139,189 @@ pub mod batch {
         }
     }
 
-    /// What `poll` returns to the host.
-    pub fn from_records(records: Vec<Record>, done: bool) -> PollBatch {
-        let (mut partitions, mut topics) = (Interner::default(), Interner::default());
-        let records = records
-            .into_iter()
-            .map(|r| BatchRecord {
-                partition: partitions.index(r.partition),
-                offset: r.offset,
-                topic: r.topic.map(|t| topics.index(t)),
-                key: r.key,
-                value: r.value,
-                headers: r.headers,
-                timestamp: r.timestamp,
-            })
-            .collect();
-        PollBatch { partitions: partitions.list, topics: topics.list, records, done }
+    /// The records of one `poll`, written straight into the buffers the host receives
+    /// (`sluice:connector@0.3.0`'s packed `poll-batch`): a record costs its bytes and a
+    /// few numbers, with no allocation of its own. [`crate::Task::poll_into`] fills one;
+    /// the records [`crate::Task::poll`] returns are copied into one.
+    ///
+    /// ```rust,ignore
+    /// fn poll_into(&mut self, batch: &mut Batch) -> Result<(), Error> {
+    ///     for line in self.lines() {
+    ///         let offset = format!(r#"{{"line":{}}}"#, line.number);
+    ///         batch.record(r#"{"file":"a.log"}"#, &offset, Some("lines")).value(line.text.as_bytes());
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    #[derive(Default)]
+    pub struct Batch {
+        partitions: Interner,
+        topics: Interner,
+        data: Vec<u8>,
+        headers: Vec<BatchHeader>,
+        records: Vec<BatchRecord>,
+        /// Where each record's bytes begin in `data`, so a truncated batch drops them.
+        starts: Vec<u32>,
+    }
+
+    impl Batch {
+        /// A batch sized for about what the last one of this task held.
+        pub(crate) fn with_capacity(records: usize, bytes: usize) -> Batch {
+            Batch {
+                data: Vec::with_capacity(bytes),
+                records: Vec::with_capacity(records),
+                starts: Vec::with_capacity(records),
+                ..Batch::default()
+            }
+        }
+
+        /// Records in the batch.
+        pub fn len(&self) -> usize {
+            self.records.len()
+        }
+
+        pub fn is_empty(&self) -> bool {
+            self.records.is_empty()
+        }
+
+        /// Bytes written so far: every record's offset, key, value and headers.
+        pub fn bytes(&self) -> usize {
+            self.data.len()
+        }
+
+        fn span(&mut self, bytes: &[u8]) -> Span {
+            let start = self.data.len() as u32;
+            self.data.extend_from_slice(bytes);
+            Span { start, len: bytes.len() as u32 }
+        }
+
+        /// Adds a record of `partition` at `offset` (each the text of a JSON object of
+        /// primitive values) for `topic`, or an offset-only record (KIP-910: commits the
+        /// offset, delivers nothing) with `None`. Its key, value, headers and timestamp
+        /// are set on what this returns.
+        pub fn record(&mut self, partition: &str, offset: &str, topic: Option<&str>) -> RecordWriter<'_> {
+            self.starts.push(self.data.len() as u32);
+            let record = BatchRecord {
+                partition: self.partitions.index(partition),
+                offset: self.span(offset.as_bytes()),
+                topic: topic.map(|topic| self.topics.index(topic)),
+                key: None,
+                value: None,
+                headers: Span { start: self.headers.len() as u32, len: 0 },
+                timestamp: None,
+            };
+            self.records.push(record);
+            RecordWriter { batch: self }
+        }
+
+        /// Adds a record made with [`Record`].
+        pub fn push(&mut self, record: Record) {
+            let mut writer = self.record(&record.partition, &record.offset, record.topic.as_deref());
+            if let Some(key) = &record.key {
+                writer = writer.key(key);
+            }
+            if let Some(value) = &record.value {
+                writer = writer.value(value);
+            }
+            for header in &record.headers {
+                writer = writer.header(&header.key, &header.value);
+            }
+            if let Some(timestamp) = record.timestamp {
+                writer.timestamp(timestamp);
+            }
+        }
+
+        /// Replaces the offset of record `index` (what a later look at the source found,
+        /// say). Panics if there is no such record.
+        pub fn set_offset(&mut self, index: usize, offset: &str) {
+            let span = self.span(offset.as_bytes());
+            self.records[index].offset = span;
+        }
+
+        /// Drops the records from `len` on, with their bytes.
+        pub fn truncate(&mut self, len: usize) {
+            if let (Some(&start), Some(record)) = (self.starts.get(len), self.records.get(len)) {
+                self.data.truncate(start as usize);
+                self.headers.truncate(record.headers.start as usize);
+                self.records.truncate(len);
+                self.starts.truncate(len);
+            }
+        }
+
+        /// What `poll` returns to the host.
+        pub(crate) fn finish(self, done: bool) -> PollBatch {
+            let Batch { partitions, topics, data, headers, records, starts: _ } = self;
+            PollBatch { partitions: partitions.list, topics: topics.list, data, headers, records, done }
+        }
+    }
+
+    /// The record a [`Batch::record`] call added, to set its key, value, headers and
+    /// timestamp (each written into the batch as it is given).
+    pub struct RecordWriter<'a> {
+        batch: &'a mut Batch,
+    }
+
+    impl RecordWriter<'_> {
+        fn last(&mut self) -> &mut BatchRecord {
+            self.batch.records.last_mut().expect("a writer exists for a record just added")
+        }
+
+        pub fn key(mut self, key: &[u8]) -> Self {
+            let span = self.batch.span(key);
+            self.last().key = Some(span);
+            self
+        }
+
+        pub fn value(mut self, value: &[u8]) -> Self {
+            let span = self.batch.span(value);
+            self.last().value = Some(span);
+            self
+        }
+
+        /// Writes the value in place: `write` appends the value's bytes to the buffer it
+        /// is given (and must not touch what is already there).
+        pub fn value_with(mut self, write: impl FnOnce(&mut Vec<u8>)) -> Self {
+            let start = self.batch.data.len();
+            write(&mut self.batch.data);
+            let len = self.batch.data.len().saturating_sub(start);
+            self.last().value = Some(Span { start: start as u32, len: len as u32 });
+            self
+        }
+
+        pub fn header(mut self, key: &str, value: &[u8]) -> Self {
+            let header = BatchHeader { key: self.batch.span(key.as_bytes()), value: self.batch.span(value) };
+            self.batch.headers.push(header);
+            self.last().headers.len += 1;
+            self
+        }
+
+        /// Milliseconds since the Unix epoch; without one the host stamps the record.
+        pub fn timestamp(mut self, millis_since_epoch: i64) -> Self {
+            self.last().timestamp = Some(millis_since_epoch);
+            self
+        }
+    }
+}
+
+pub use batch::{Batch, RecordWriter};
+
+#[doc(hidden)]
+pub mod export {
+    use super::{Batch, Error, Task};
+    use crate::bindings::sluice::connector::types::PollBatch;
+
+    thread_local! {
+        /// The size of the last batch, so the next one starts with room for as much.
+        static LAST_BATCH: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+    }
+
+    /// One `poll`: the task's records written into a batch.
+    pub fn poll<T: Task>(task: &mut T) -> Result<PollBatch, Error> {
+        let (records, bytes) = LAST_BATCH.get();
+        let mut batch = Batch::with_capacity(records, bytes);
+        task.poll_into(&mut batch)?;
+        LAST_BATCH.set((batch.len(), batch.bytes()));
+        Ok(batch.finish(task.is_done()))
     }
 }
 
@@ -359,8 +533,20 @@ pub trait Connector: Sized + 'static {
 pub trait Task: Sized + 'static {
     fn start(config: Config) -> Result<Self, Error>;
     /// The next records; empty means "nothing now": the host polls again after 1 ms,
-    /// doubling to 1 s while polls stay empty.
-    fn poll(&mut self) -> Result<Vec<Record>, Error>;
+    /// doubling to `poll.idle.max.ms` (1 s) while polls stay empty. Implement this or
+    /// [`Task::poll_into`].
+    fn poll(&mut self) -> Result<Vec<Record>, Error> {
+        Ok(Vec::new())
+    }
+    /// The next records, written into `batch` ([`Batch::record`]): the same as
+    /// [`Task::poll`] without an allocation per record, for sources whose records are
+    /// small and many. By default, `poll`'s records.
+    fn poll_into(&mut self, batch: &mut Batch) -> Result<(), Error> {
+        for record in self.poll()? {
+            batch.push(record);
+        }
+        Ok(())
+    }
     /// Asked after every `poll`: `true` says this task has produced everything it ever
     /// will (a bounded source read to its end). The host delivers and commits what was
     /// returned, calls `commit` and `stop`, and reports the task FINISHED; a connector is
@@ -437,11 +623,7 @@ macro_rules! export_connector {
                 ::std::result::Result::Ok(())
             }
             fn poll() -> ::std::result::Result<$crate::bindings::sluice::connector::types::PollBatch, $crate::Error> {
-                __SLUICE_TASK.with_borrow_mut(|slot| {
-                    let task = slot.as_mut().ok_or_else($crate::not_started)?;
-                    let records = <$task as $crate::Task>::poll(task)?;
-                    ::std::result::Result::Ok($crate::batch::from_records(records, <$task as $crate::Task>::is_done(task)))
-                })
+                __SLUICE_TASK.with_borrow_mut(|slot| $crate::export::poll::<$task>(slot.as_mut().ok_or_else($crate::not_started)?))
             }
             fn commit() -> ::std::result::Result<(), $crate::Error> {
                 __SLUICE_TASK.with_borrow_mut(|slot| <$task as $crate::Task>::commit(slot.as_mut().ok_or_else($crate::not_started)?))

@@ -49,8 +49,8 @@ fn delivered_lines(data: &Path, tenant: &str) -> BTreeMap<String, Vec<String>> {
     let db = crate::stores(data).unwrap();
     let mut delivered: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for record in db.local().read(tenant, "lines", 0, usize::MAX >> 1).unwrap() {
-        let key = String::from_utf8(record.record.key.unwrap()).unwrap();
-        delivered.entry(key).or_default().push(String::from_utf8(record.record.value.unwrap()).unwrap());
+        let key = String::from_utf8(record.record.key.unwrap().to_vec()).unwrap();
+        delivered.entry(key).or_default().push(String::from_utf8(record.record.value.unwrap().to_vec()).unwrap());
     }
     delivered
 }

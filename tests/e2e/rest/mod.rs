@@ -230,7 +230,7 @@ pub fn counter_records(data: &Path, tenant: &str, topic: &str) -> Vec<(u32, u64)
         let Some(last) = page.last() else { break };
         next = last.offset + 1;
         for stored in page {
-            let value = String::from_utf8(stored.record.value.unwrap()).unwrap();
+            let value = String::from_utf8(stored.record.value.unwrap().to_vec()).unwrap();
             let (task, seq) = value.trim_end_matches('.').split_once('-').unwrap();
             records.push((task.parse().unwrap(), seq.parse().unwrap()));
         }
