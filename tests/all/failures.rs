@@ -50,7 +50,9 @@ async fn deadline_overrun_fails_the_task_with_the_reason() {
     let config = [("topic", "t"), ("poll.loop.at", "3"), ("sandbox.call.timeout.ms", "300")];
     host.start(connector("spinner", "testkit", &config)).await;
     let failed = host.wait_task("spinner", 0, State::Failed).await;
-    assert_eq!(failed.trace.as_deref(), Some("poll did not return within 300 ms"));
+    // Time the fairness throttle held it back is added (and said) after the deadline.
+    let trace = failed.trace.unwrap();
+    assert!(trace.starts_with("poll did not return within 300 ms"), "{trace}");
     assert_eq!(host.status("spinner").unwrap().connector.state, State::Running);
     assert_neighbour_keeps_delivering(&host).await;
 }

@@ -221,3 +221,26 @@ async fn filesystem_escapes_are_refused() {
     }
     assert_neighbour_keeps_delivering(&host).await;
 }
+
+/// Two tasks whose every poll is 600 ms of honest CPU work, under a 1 s deadline: they
+/// run long enough to be throttled (each is held back while the other runs), and the time
+/// held back does not count against the deadline, so a busy host slows them, never fails
+/// them. Counting it would make each poll take about 4 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_honest_calls_on_a_busy_host_are_slowed_not_failed() {
+    let host = TestHost::new(&["hostile", "counter"]).await;
+    start_neighbour(&host).await;
+    let config =
+        [("topic", "hostile"), ("hostile.attack", "work"), ("sandbox.call.timeout.ms", "1000"), ("tasks.max", "2")];
+    host.start(connector("attacker", "hostile", &config)).await;
+    wait_until("three polls' records from the working tasks", || {
+        (host.values("hostile").iter().filter(|v| *v == "worked").count() >= 3).then_some(())
+    })
+    .await;
+    let status = host.status("attacker").unwrap();
+    assert_eq!(status.tasks.len(), 2);
+    for task in &status.tasks {
+        assert_eq!(task.state, State::Running, "{:?}", task.trace);
+    }
+    assert_neighbour_keeps_delivering(&host).await;
+}

@@ -36,7 +36,9 @@ async fn worker_defaults_apply_to_connectors_that_do_not_set_the_key() {
     let host = TestHost::with_tenants(&["testkit"], "[defaults]\n\"sandbox.call.timeout.ms\" = 300\n").await;
     host.start(connector("spinner", "testkit", &[("topic", "t"), ("poll.loop.at", "3")])).await;
     let failed = host.wait_task("spinner", 0, State::Failed).await;
-    assert_eq!(failed.trace.as_deref(), Some("poll did not return within 300 ms"));
+    // Time the fairness throttle held it back is added (and said) after the deadline.
+    let trace = failed.trace.unwrap();
+    assert!(trace.starts_with("poll did not return within 300 ms"), "{trace}");
     // A connector's own value wins.
     host.start(connector(
         "patient",

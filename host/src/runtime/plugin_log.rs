@@ -21,6 +21,22 @@ use super::rate::TokenBucket;
 struct Bucket {
     rate: TokenBucket,
     dropped: u64,
+    /// When dropped lines were last reported: at most once a second, so the report of a
+    /// flood is not a flood itself.
+    reported: Option<std::time::Instant>,
+}
+
+/// How often dropped lines are reported while a plugin keeps logging over its rate.
+const DROPPED_REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn enabled(level: Level) -> bool {
+    match level {
+        Level::Trace => tracing::enabled!(target: "plugin", tracing::Level::TRACE),
+        Level::Debug => tracing::enabled!(target: "plugin", tracing::Level::DEBUG),
+        Level::Info => tracing::enabled!(target: "plugin", tracing::Level::INFO),
+        Level::Warn => tracing::enabled!(target: "plugin", tracing::Level::WARN),
+        Level::Error => tracing::enabled!(target: "plugin", tracing::Level::ERROR),
+    }
 }
 
 /// `text` with its control characters escaped (`\n`, `\u{1b}`, ...), so that what a plugin
@@ -71,7 +87,11 @@ impl PluginLog {
         PluginLog {
             tenant: tenant.into(),
             source: source.into(),
-            bucket: Arc::new(Mutex::new(Bucket { rate: TokenBucket::new(per_second, 2.0 * per_second), dropped: 0 })),
+            bucket: Arc::new(Mutex::new(Bucket {
+                rate: TokenBucket::new(per_second, 2.0 * per_second),
+                dropped: 0,
+                reported: None,
+            })),
             stderr_tail: Arc::default(),
         }
     }
@@ -110,12 +130,17 @@ impl PluginLog {
         }
     }
 
-    /// Lines dropped so far by the rate limit.
+    /// Lines dropped by the rate limit since they were last reported.
     pub fn dropped(&self) -> u64 {
         self.bucket.lock().unwrap().dropped
     }
 
     pub fn emit(&self, level: Level, message: &str) {
+        // A line nobody will see (debug lines at the default level) costs no share of the
+        // rate: a plugin's per-file debug lines must not drop its info lines.
+        if !enabled(level) {
+            return;
+        }
         // A log line is at most MAX_LINE bytes, whatever the plugin sends.
         let message = match message.char_indices().nth(MAX_LINE) {
             Some((cut, _)) => &message[..cut],
@@ -128,7 +153,13 @@ impl PluginLog {
                 bucket.dropped += 1;
                 return;
             }
-            std::mem::take(&mut bucket.dropped)
+            let due = bucket.reported.is_none_or(|at| at.elapsed() >= DROPPED_REPORT_EVERY);
+            if bucket.dropped > 0 && due {
+                bucket.reported = Some(std::time::Instant::now());
+                std::mem::take(&mut bucket.dropped)
+            } else {
+                0
+            }
         };
         let (tenant, source) = (&*self.tenant, &*self.source);
         if resumed_after > 0 {
@@ -233,13 +264,21 @@ mod tests {
 
     #[test]
     fn excess_lines_are_dropped_and_counted() {
-        let log = PluginLog::new("t", "c", 10);
-        for _ in 0..1000 {
-            log.emit(Level::Debug, "x");
-        }
-        // A burst of 2 × 10 passes (plus what refilled meanwhile); the rest is dropped.
-        let dropped = log.dropped();
-        assert!((970..=980).contains(&dropped), "{dropped}");
+        let subscriber = tracing_subscriber::fmt().with_max_level(tracing::Level::INFO).with_test_writer().finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let log = PluginLog::new("t", "c", 10);
+            for _ in 0..1000 {
+                log.emit(Level::Info, "x");
+            }
+            // A burst of 2 × 10 passes (plus what refilled meanwhile); the rest is dropped.
+            let dropped = log.dropped();
+            assert!((970..=980).contains(&dropped), "{dropped}");
+            // Lines below the log level are not shown, so they use none of the rate.
+            for _ in 0..1000 {
+                log.emit(Level::Debug, "x");
+            }
+            assert_eq!(log.dropped(), dropped);
+        });
     }
 
     #[test]

@@ -24,9 +24,13 @@ use crate::config::{CallTimeouts, SandboxSettings, WorkerSandbox};
 use crate::storage::json::canonical_object;
 use crate::storage::{Namespace, OffsetStore};
 
-/// A call running longer than this is throttled: at each tick it also sleeps for
-/// [`LONG_CALL_SLEEP_TICKS`] ticks, so one plugin's long call gets about a tenth of a
-/// thread and cannot starve the others (calls are meant to be short; see the WIT docs).
+/// A call that has run this long is throttled while other calls run: at each tick it also
+/// sleeps for [`LONG_CALL_SLEEP_TICKS`] ticks, so one plugin's long call gets about a tenth
+/// of a thread and cannot starve the others (calls are meant to be short; see the WIT
+/// docs). Only running counts: time a call waits for its host calls (file reads, sleeps)
+/// holds no thread, so a poll that reads hundreds of files is not throttled for it. The
+/// time a call is held back is added to its deadline: on a busy host a slow but honest
+/// call is slowed, never failed, by the throttle.
 pub const LONG_CALL: Duration = Duration::from_millis(200);
 pub const LONG_CALL_SLEEP_TICKS: u32 = 9;
 
@@ -197,20 +201,20 @@ impl Runtime {
         }
         store.epoch_deadline_callback(|mut ctx| {
             let state = ctx.data_mut();
-            match &state.call {
-                Some(call) if Instant::now() >= call.deadline => {
-                    state.deadline_hit =
-                        Some(format!("{} did not return within {} ms", call.name, call.timeout.as_millis()));
-                    Ok(UpdateDeadline::Interrupt)
-                }
-                Some(call) if call.started.elapsed() >= LONG_CALL => {
-                    Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(EPOCH_TICK * LONG_CALL_SLEEP_TICKS))))
-                }
-                // Yielding at every tick lets other instances run on a small machine.
-                _ => Ok(UpdateDeadline::Yield(1)),
+            let Some(call) = state.call.as_mut() else { return Ok(UpdateDeadline::Yield(1)) };
+            if Instant::now() >= call.clock.deadline() {
+                state.deadline_hit = Some(call.overran());
+                return Ok(UpdateDeadline::Interrupt);
             }
+            // Alone, a long call holds back nobody.
+            if CALLS_RUNNING.load(Ordering::Relaxed) > 1 && call.clock.has_run() >= LONG_CALL {
+                let pause = EPOCH_TICK * LONG_CALL_SLEEP_TICKS;
+                return Ok(UpdateDeadline::YieldCustom(1, Box::pin(Arc::clone(&call.clock).hold_back(pause))));
+            }
+            // Yielding at every tick lets other instances run on a small machine.
+            Ok(UpdateDeadline::Yield(1))
         });
-        let (deadline, _running) = begin(&mut store, "instantiate", sandbox.timeouts.lifecycle, None);
+        let (clock, _running) = begin(&mut store, "instantiate", sandbox.timeouts.lifecycle, None);
         let instantiating = async {
             match pre {
                 WorldPre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
@@ -218,15 +222,15 @@ impl Runtime {
                 WorldPre::V0_3(pre) => pre.instantiate_async(&mut store).await.map(World::V0_3),
             }
         };
-        let bindings = match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), instantiating).await {
-            Ok(Err(e)) if e.chain().any(|cause| cause.is::<wasmtime::PoolConcurrencyLimitError>()) => {
+        let bindings = match within(&clock, instantiating).await {
+            Some(Err(e)) if e.chain().any(|cause| cause.is::<wasmtime::PoolConcurrencyLimitError>()) => {
                 return Err(CallError::Setup(format!(
                     "the worker already holds its most sandboxes at once ({}, each connector and task is one); \
                      raise `max_instances` under [sandbox] in sluice.toml (wasmtime: {e:#})",
                     self.max_instances
                 )));
             }
-            Ok(Err(e)) if format!("{e:#}").contains("os error 12") => {
+            Some(Err(e)) if format!("{e:#}").contains("os error 12") => {
                 return Err(CallError::Setup(format!(
                     "the system refused the sandbox its memory mappings ({e:#}); with thousands of sandboxes \
                      the limit is usually Linux's vm.max_map_count ({}): raise it, e.g. `sysctl -w vm.max_map_count=262144`",
@@ -234,8 +238,8 @@ impl Runtime {
                         .map_or("unknown".into(), |n| n.trim().to_string())
                 )));
             }
-            Ok(bindings) => finish(&mut store, bindings)?,
-            Err(_) => return Err(abandon(&mut store)),
+            Some(bindings) => finish(&mut store, bindings)?,
+            None => return Err(abandon(&mut store)),
         };
         Ok(PluginInstance {
             store,
@@ -267,9 +271,102 @@ pub struct InstanceContext {
 
 struct ActiveCall {
     name: &'static str,
+    timeout: Duration,
+    /// Shared with the caller's wait (which cannot borrow the store during the call).
+    clock: Arc<CallClock>,
+}
+
+/// A call's deadline, which moves later by the time the throttle holds the call back
+/// (measured, timer latency included), but never past the stop deadline; and how long the
+/// call has run (been polled), which is what the throttle looks at.
+struct CallClock {
     started: Instant,
     deadline: Instant,
-    timeout: Duration,
+    /// The stop deadline, when the instance is being stopped.
+    limit: Option<Instant>,
+    /// Nanoseconds.
+    held_back: AtomicU64,
+    /// Nanoseconds the call's future spent in finished polls.
+    ran: AtomicU64,
+    /// When the current poll began, in nanoseconds since `started`.
+    poll_began: AtomicU64,
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl CallClock {
+    fn new(deadline: Instant, limit: Option<Instant>) -> CallClock {
+        CallClock {
+            started: Instant::now(),
+            deadline,
+            limit,
+            held_back: AtomicU64::new(0),
+            ran: AtomicU64::new(0),
+            poll_began: AtomicU64::new(0),
+        }
+    }
+
+    /// How long the call has run, this poll included (asked from inside a poll).
+    fn has_run(&self) -> Duration {
+        let now = nanos(self.started.elapsed());
+        let this_poll = now.saturating_sub(self.poll_began.load(Ordering::Relaxed));
+        Duration::from_nanos(self.ran.load(Ordering::Relaxed) + this_poll)
+    }
+
+    fn held_back(&self) -> Duration {
+        Duration::from_nanos(self.held_back.load(Ordering::Relaxed))
+    }
+
+    fn deadline(&self) -> Instant {
+        let moved = self.deadline + self.held_back();
+        self.limit.map_or(moved, |limit| limit.min(moved))
+    }
+
+    /// Sleeps for `pause`, counting all of it (however late the timer wakes) as held back.
+    async fn hold_back(self: Arc<Self>, pause: Duration) {
+        let started = Instant::now();
+        tokio::time::sleep(pause).await;
+        self.held_back.fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
+    }
+}
+
+impl ActiveCall {
+    fn overran(&self) -> String {
+        let held_back = self.clock.held_back();
+        if held_back.is_zero() {
+            format!("{} did not return within {} ms", self.name, self.timeout.as_millis())
+        } else {
+            format!(
+                "{} did not return within {} ms (not counting the {} ms it was held back so other plugins could run)",
+                self.name,
+                self.timeout.as_millis(),
+                held_back.as_millis()
+            )
+        }
+    }
+}
+
+/// Waits for `call` until its (moving) deadline and [`ABANDON_AFTER`]; `None` when that
+/// passes first.
+async fn within<F: std::future::Future>(clock: &CallClock, call: F) -> Option<F::Output> {
+    tokio::pin!(call);
+    let mut timed = std::future::poll_fn(|cx| {
+        let began = Instant::now();
+        clock.poll_began.store(nanos(began.duration_since(clock.started)), Ordering::Relaxed);
+        let polled = call.as_mut().poll(cx);
+        clock.ran.fetch_add(nanos(began.elapsed()), Ordering::Relaxed);
+        polled
+    });
+    loop {
+        let deadline = clock.deadline();
+        match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), &mut timed).await {
+            Ok(output) => return Some(output),
+            Err(_) if clock.deadline() != deadline => continue,
+            Err(_) => return None,
+        }
+    }
 }
 
 /// The data of one store.
@@ -355,7 +452,7 @@ impl HostState {
         let (store, ns, cap) = (self.context.offsets.clone(), self.context.namespace.clone(), self.memory_cap);
         let asked = partitions.len();
         // Work for a call that was abandoned at its deadline stops too.
-        let deadline = self.call.as_ref().map(|call| call.deadline + ABANDON_AFTER);
+        let deadline = self.call.as_ref().map(|call| call.clock.deadline() + ABANDON_AFTER);
         let lookup = move || -> wasmtime::Result<Vec<(String, Option<String>)>> {
             let mut answer = Vec::with_capacity(asked);
             let mut bytes = 0u64;
@@ -497,18 +594,19 @@ pub fn cut_at_char_boundary(text: &mut String, max: usize) {
 }
 
 /// Starts a call: its deadline is its timeout, or the stop deadline when that is sooner.
-/// Returns the deadline, and the call's count in [`CALLS_RUNNING`] (kept for the call).
+/// Returns the call's clock (its deadline), and its count in [`CALLS_RUNNING`] (kept for the call).
 fn begin(
     store: &mut Store<HostState>,
     name: &'static str,
     timeout: Duration,
     stop_by: Option<Instant>,
-) -> (Instant, CallRunning) {
+) -> (Arc<CallClock>, CallRunning) {
     let state = store.data_mut();
     let started = Instant::now();
     let deadline = stop_by.map_or(started + timeout, |stop_by| stop_by.min(started + timeout));
     let timeout = deadline.saturating_duration_since(started);
-    state.call = Some(ActiveCall { name, started, deadline, timeout });
+    let clock = Arc::new(CallClock::new(deadline, stop_by));
+    state.call = Some(ActiveCall { name, timeout, clock: Arc::clone(&clock) });
     state.deadline_hit = None;
     state.log.clear_stderr_tail();
     if let Some(fuel) = &mut state.fuel {
@@ -517,7 +615,7 @@ fn begin(
         let _ = store.set_fuel(budget);
     }
     store.set_epoch_deadline(1);
-    (deadline, CallRunning::start())
+    (clock, CallRunning::start())
 }
 
 /// A call that overran its deadline while blocked where epoch interruption cannot reach
@@ -526,9 +624,7 @@ fn abandon(store: &mut Store<HostState>) -> CallError {
     let state = store.data_mut();
     state.abandoned = true;
     match state.call.take() {
-        Some(call) => {
-            CallError::Deadline(format!("{} did not return within {} ms", call.name, call.timeout.as_millis()))
-        }
+        Some(call) => CallError::Deadline(call.overran()),
         None => CallError::Deadline("a call did not return by its deadline".into()),
     }
 }
@@ -646,7 +742,7 @@ macro_rules! guest_call {
         if $self.store.data().abandoned {
             return Err(CallError::Setup(format!("{} not called: the instance was abandoned", $name)));
         }
-        let (deadline, _running) = begin(&mut $self.store, $name, $self.timeouts.$timeout, $self.stop_by);
+        let (clock, _running) = begin(&mut $self.store, $name, $self.timeouts.$timeout, $self.stop_by);
         let store = &mut $self.store;
         let call = async {
             match &$self.bindings {
@@ -655,9 +751,9 @@ macro_rules! guest_call {
                 World::V0_3(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_3::$later),
             }
         };
-        match tokio::time::timeout_at((deadline + ABANDON_AFTER).into(), call).await {
-            Ok(result) => finish(&mut $self.store, result),
-            Err(_) => Err(abandon(&mut $self.store)),
+        match within(&clock, call).await {
+            Some(result) => finish(&mut $self.store, result),
+            None => Err(abandon(&mut $self.store)),
         }
     }};
 }

@@ -34,6 +34,17 @@ use sluice::connector::log::{Level, log};
 thread_local! {
     static CONFIG: RefCell<Config> = const { RefCell::new(Vec::new()) };
     static SENT: RefCell<bool> = const { RefCell::new(false) };
+    /// `work`: loop iterations per millisecond, measured at task start.
+    static PER_MS: RefCell<u64> = const { RefCell::new(0) };
+}
+
+/// `iterations` rounds of busy work.
+fn work(iterations: u64) -> u64 {
+    let mut n = 0u64;
+    for _ in 0..iterations {
+        n = std::hint::black_box(n.wrapping_add(1));
+    }
+    n
 }
 
 fn get(key: &str) -> String {
@@ -158,6 +169,17 @@ impl TaskGuest for Hostile {
     fn start(config: Config) -> Result<(), ConnectorError> {
         CONFIG.with_borrow_mut(|c| *c = config);
         sleep_if("task-start");
+        if attack() == "work" {
+            // Measured once, short enough never to be throttled: the poll then does a
+            // fixed amount of work, however long the host makes it take.
+            let started = std::time::Instant::now();
+            let mut rounds = 0u64;
+            while started.elapsed().as_millis() < 20 {
+                work(10_000);
+                rounds += 1;
+            }
+            PER_MS.with_borrow_mut(|per_ms| *per_ms = rounds * 10_000 / 20);
+        }
         Ok(())
     }
 
@@ -177,6 +199,12 @@ impl TaskGuest for Hostile {
                     }
                 }
                 Ok(Vec::new())
+            }
+            "work" => {
+                // CPU work worth `hostile.work.ms` unthrottled: an honest long call.
+                let millis: u64 = get("hostile.work.ms").parse().unwrap_or(600);
+                work(PER_MS.with_borrow(|per_ms| *per_ms) * millis);
+                ok("worked")
             }
             "grow-memory" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
