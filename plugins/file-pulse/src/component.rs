@@ -21,7 +21,7 @@ use wasi::filesystem::types::{
 
 use crate::assign::{Assigned, Assignment};
 use crate::identity::{Decision, Seen, decide};
-use crate::offset::{End, FileOffset, HEAD_BYTES, head_hash, partition};
+use crate::offset::{End, FileOffset, HEAD_BYTES, decimal, head_hash, partition};
 use crate::reader::{LineReader, is_too_long, read_whole};
 use crate::settings::{Cleanup, Completion, KEYS, ReadMode, Settings};
 
@@ -835,19 +835,6 @@ fn put(batch: &mut Batch, partition: &str, offset: &FileOffset, path: &str, topi
             .header("file.line", decimal(offset.line, &mut number))
             .timestamp(poll_clock_ms() as i64);
     });
-}
-
-/// `n` in decimal, written into `digits`.
-fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &digits[at..];
-        }
-    }
 }
 
 impl TaskFile {

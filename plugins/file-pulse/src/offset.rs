@@ -145,19 +145,22 @@ impl FileOffset {
     }
 }
 
-/// Appends `n` in decimal.
-fn push_decimal(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
+/// `n` in decimal, written into `digits`.
+pub fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
     let mut at = digits.len();
     loop {
         at -= 1;
         digits[at] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
-            break;
+            return &digits[at..];
         }
     }
-    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut String, n: u64) {
+    out.push_str(std::str::from_utf8(decimal(n, &mut [0u8; 20])).expect("ASCII digits"));
 }
 
 #[cfg(test)]
