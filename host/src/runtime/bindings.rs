@@ -114,12 +114,6 @@ impl PollBatch {
         }
         packer.finish(batch.partitions, batch.topics, batch.done)
     }
-
-    /// The bytes a span names, if it lies inside `data`.
-    pub fn bytes(&self, span: Span) -> Option<&[u8]> {
-        let start = span.start as usize;
-        self.data.get(start..start.checked_add(span.len as usize)?)
-    }
 }
 
 /// Builds a packed batch: bytes appended to `data`, records naming them by span.

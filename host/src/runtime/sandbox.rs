@@ -732,8 +732,9 @@ impl PluginInstance {
 }
 
 /// Calls an export under its deadline and turns failures into [`CallError`]. The deadline
-/// holds on the whole call, wall-clock: epoch interruption stops running wasm at it, and a
-/// call blocked in a host call is abandoned just after it. The export is called in the
+/// holds on the whole call, wall-clock (moved by what the throttle held the call back, see
+/// [`CallClock`]): epoch interruption stops running wasm at it, and a call blocked in a
+/// host call is abandoned just after it. The export is called in the
 /// version of the world the plugin targets; `$v0_1` turns a 0.1.0 result into the host's
 /// types, and `$later` names the function of `from_v0_2` and `from_v0_3` that does it for
 /// the later versions.

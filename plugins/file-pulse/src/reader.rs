@@ -106,9 +106,7 @@ impl LineReader {
             }
         }
     }
-}
 
-impl LineReader {
     /// The pending line becomes the handed-out one; the pending buffer starts empty with
     /// the old line's room.
     fn hand_out(&mut self) -> (&[u8], u64) {
