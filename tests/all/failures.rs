@@ -28,7 +28,13 @@ async fn trap_in_poll_fails_only_that_task() {
     start_neighbour(&host).await;
     let control = host.scratch("control.json");
     let scratch = host.scratch_dir();
-    write_json(&control, json!({"tasks": [{"task.id": "ok"}, {"task.id": "bad", "poll.trap.at": "5"}]}));
+    // One record per poll for the trapping task: the poll that traps at 5 then holds no
+    // earlier record, so exactly 0..=4 are delivered (with the default batch a slow poll
+    // could carry 4 and 5 together, and trap with 4 in it).
+    write_json(
+        &control,
+        json!({"tasks": [{"task.id": "ok"}, {"task.id": "bad", "poll.trap.at": "5", "batch.size": "1"}]}),
+    );
     let config = [("topic", "t"), ("tasks.max", "2"), ("control.file", &control), ("sandbox.fs.read", &scratch)];
     host.start(connector("trapper", "testkit", &config)).await;
     let failed = host.wait_task("trapper", 1, State::Failed).await;
