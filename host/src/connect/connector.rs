@@ -162,7 +162,8 @@ impl ConnectorRun {
     ) -> InstanceEnd {
         let context = self.services.context(&self.namespace, None, Some(self.reconfigure.clone()));
         let mut instance =
-            match self.services.runtime.instantiate(self.plugin.pre(), context, &self.settings.sandbox).await {
+            // Boxed, as a task's (task_runner.rs): the connector's future stays small.
+            match Box::pin(self.services.runtime.instantiate(self.plugin.pre(), context, &self.settings.sandbox)).await {
                 Ok(instance) => instance,
                 Err(e) => return InstanceEnd::Failed(e.to_string()),
             };

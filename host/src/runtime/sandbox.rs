@@ -745,13 +745,15 @@ macro_rules! guest_call {
         }
         let (clock, _running) = begin(&mut $self.store, $name, $self.timeouts.$timeout, $self.stop_by);
         let store = &mut $self.store;
-        let call = async {
+        // Boxed: the call's future (wasmtime's, a few KiB) then takes no room in the
+        // future of every idle task that awaits it, only while it runs.
+        let call = Box::pin(async {
             match &$self.bindings {
                 World::V0_1(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map($v0_1),
                 World::V0_2(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_2::$later),
                 World::V0_3(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_3::$later),
             }
-        };
+        });
         match within(&clock, call).await {
             Some(result) => finish(&mut $self.store, result),
             None => Err(abandon(&mut $self.store)),
