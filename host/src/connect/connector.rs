@@ -161,12 +161,13 @@ impl ConnectorRun {
         attempt: &mut u32,
     ) -> InstanceEnd {
         let context = self.services.context(&self.namespace, None, Some(self.reconfigure.clone()));
-        let mut instance =
-            // Boxed, as a task's (task_runner.rs): the connector's future stays small.
-            match Box::pin(self.services.runtime.instantiate(self.plugin.pre(), context, &self.settings.sandbox)).await {
-                Ok(instance) => instance,
-                Err(e) => return InstanceEnd::Failed(e.to_string()),
-            };
+        // Boxed, as a task's (task_runner.rs): the connector's future stays small.
+        let instantiating =
+            Box::pin(self.services.runtime.instantiate(self.plugin.pre(), context, &self.settings.sandbox));
+        let mut instance = match instantiating.await {
+            Ok(instance) => instance,
+            Err(e) => return InstanceEnd::Failed(e.to_string()),
+        };
         match instance.connector_start(&self.config.to_pairs()).await {
             Err(e) => return InstanceEnd::Failed(e.to_string()),
             Ok(Err(e)) => return InstanceEnd::Failed(describe_connector_error(&e)),
