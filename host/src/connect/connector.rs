@@ -161,13 +161,11 @@ impl ConnectorRun {
         attempt: &mut u32,
     ) -> InstanceEnd {
         let context = self.services.context(&self.namespace, None, Some(self.reconfigure.clone()));
-        // Boxed, as a task's (task_runner.rs): the connector's future stays small.
-        let instantiating =
-            Box::pin(self.services.runtime.instantiate(self.plugin.pre(), context, &self.settings.sandbox));
-        let mut instance = match instantiating.await {
-            Ok(instance) => instance,
-            Err(e) => return InstanceEnd::Failed(e.to_string()),
-        };
+        let mut instance =
+            match self.services.runtime.instantiate(self.plugin.pre(), context, &self.settings.sandbox).await {
+                Ok(instance) => instance,
+                Err(e) => return InstanceEnd::Failed(e.to_string()),
+            };
         match instance.connector_start(&self.config.to_pairs()).await {
             Err(e) => return InstanceEnd::Failed(e.to_string()),
             Ok(Err(e)) => return InstanceEnd::Failed(describe_connector_error(&e)),

@@ -111,10 +111,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     let connector = &spec.namespace.connector;
     let context = services.context(&spec.namespace, Some(spec.task), Some(spec.reconfigure.clone()));
     let failed = |trace: String, instance: u64| Outcome::Failed { trace, instance };
-    // Boxed: instantiation's future (about 3 KiB) would otherwise stay part of every idle
-    // task's future for its whole life.
-    let instantiating = Box::pin(services.runtime.instantiate(spec.plugin.pre(), context, &spec.settings.sandbox));
-    let mut instance = match instantiating.await {
+    let mut instance = match services.runtime.instantiate(spec.plugin.pre(), context, &spec.settings.sandbox).await {
         Ok(instance) => instance,
         Err(e) => return failed(e.to_string(), 0),
     };

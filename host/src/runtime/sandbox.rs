@@ -155,8 +155,19 @@ impl Runtime {
         &self.linker
     }
 
-    /// A new sandboxed instance of a plugin for a connector or one of its tasks.
-    pub async fn instantiate(
+    /// A new sandboxed instance of a plugin for a connector or one of its tasks. Boxed:
+    /// instantiation's future (about 3 KiB) would otherwise stay part of the future of
+    /// every connector and task that awaits it, for its whole life.
+    pub fn instantiate<'a>(
+        &'a self,
+        pre: &'a WorldPre,
+        context: InstanceContext,
+        sandbox: &'a SandboxSettings,
+    ) -> std::pin::Pin<Box<impl Future<Output = Result<PluginInstance, CallError>> + 'a>> {
+        Box::pin(self.instantiate_inline(pre, context, sandbox))
+    }
+
+    async fn instantiate_inline(
         &self,
         pre: &WorldPre,
         context: InstanceContext,
