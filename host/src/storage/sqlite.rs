@@ -172,7 +172,10 @@ fn append(
         // A batch has few topics and partitions: each is looked up once.
         let mut topics: Vec<(&str, i64, i64)> = Vec::new();
         let mut sources: Vec<(&str, i64)> = Vec::new();
-        let mut headers = Vec::new();
+        // Per topic (as `topics`): the source, delta chain length and source offset of the
+        // row this append wrote last, which the next row's offset is stored against.
+        let mut last_row: Vec<Option<(i64, u32, Text)>> = Vec::new();
+        let (mut headers, mut delta) = (Vec::new(), Vec::new());
         for record in records {
             let topic = match topics.iter().position(|(name, _, _)| *name == &*record.topic) {
                 Some(index) => index,
@@ -185,6 +188,7 @@ fn append(
                         None => (new_topic.query_row(params![ns.tenant, &*record.topic], |r| r.get(0))?, 0),
                     };
                     topics.push((&record.topic, id, next));
+                    last_row.push(None);
                     topics.len() - 1
                 }
             };
@@ -210,7 +214,22 @@ fn append(
             // Bound one by one: `params!` boxes each value as a `dyn ToSql` per row.
             insert.raw_bind_parameter(1, log_key(*topic_id, *next))?;
             insert.raw_bind_parameter(2, source)?;
-            insert.raw_bind_parameter(3, record.offset.as_str())?;
+            let before = match &last_row[topic] {
+                Some((last_source, chain, offset)) if *last_source == source && *chain < ANCHOR_EVERY => {
+                    Some((*chain, offset.as_str()))
+                }
+                _ => None,
+            };
+            match before.filter(|(_, offset)| encode_offset_delta(offset, &record.offset, &mut delta)) {
+                Some((chain, _)) => {
+                    insert.raw_bind_parameter(3, delta.as_slice())?;
+                    last_row[topic] = Some((source, chain + 1, record.offset.clone()));
+                }
+                None => {
+                    insert.raw_bind_parameter(3, record.offset.as_str())?;
+                    last_row[topic] = Some((source, 0, record.offset.clone()));
+                }
+            }
             insert.raw_bind_parameter(4, record.key.as_deref())?;
             insert.raw_bind_parameter(5, record.value.as_deref())?;
             insert.raw_bind_parameter(6, headers.as_slice())?;
@@ -224,6 +243,55 @@ fn append(
     }
     upsert_offsets(&tx, ns, offsets)?;
     tx.commit()
+}
+
+/// At most this many rows in a row store their source offset as a delta, so a read that
+/// starts within a batch looks back at most this far for the offset in full.
+const ANCHOR_EVERY: u32 = 255;
+
+/// Writes into `out` the delta that [`decode_offset_delta`] turns `before` into `offset`
+/// with: the lengths (LEB128) of the prefix and of the suffix the two share, then the
+/// bytes of `offset` between them. A batch's consecutive offsets of one source differ in a
+/// few digits (file-pulse's `position` and `line`), so a row stores those rather than the
+/// whole offset again. False (and nothing to store) when the delta would not be shorter.
+fn encode_offset_delta(before: &str, offset: &str, out: &mut Vec<u8>) -> bool {
+    let (before, after) = (before.as_bytes(), offset.as_bytes());
+    let prefix = before.iter().zip(after).take_while(|(a, b)| a == b).count();
+    let suffix = before[prefix..].iter().rev().zip(after[prefix..].iter().rev()).take_while(|(a, b)| a == b).count();
+    out.clear();
+    for mut length in [prefix, suffix] {
+        while length >= 0x80 {
+            out.push((length as u8) | 0x80);
+            length >>= 7;
+        }
+        out.push(length as u8);
+    }
+    out.extend_from_slice(&after[prefix..after.len() - suffix]);
+    out.len() < after.len()
+}
+
+/// The offset a row stored as a delta against `before` (the offset of the row before it).
+fn decode_offset_delta(before: &str, mut delta: &[u8]) -> anyhow::Result<String> {
+    let mut length = || -> anyhow::Result<usize> {
+        let (mut value, mut shift) = (0usize, 0);
+        loop {
+            let (&byte, rest) = delta.split_first().context("an offset delta cut short")?;
+            delta = rest;
+            anyhow::ensure!(shift < usize::BITS, "an offset delta with an overlong length");
+            value |= usize::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Ok(value);
+            }
+            shift += 7;
+        }
+    };
+    let (prefix, suffix) = (length()?, length()?);
+    anyhow::ensure!(prefix + suffix <= before.len(), "an offset delta longer than the offset before it");
+    let mut offset = Vec::with_capacity(prefix + delta.len() + suffix);
+    offset.extend_from_slice(&before.as_bytes()[..prefix]);
+    offset.extend_from_slice(delta);
+    offset.extend_from_slice(&before.as_bytes()[before.len() - suffix..]);
+    String::from_utf8(offset).context("an offset delta that does not make UTF-8")
 }
 
 /// A record's headers as stored: for each, the key's and the value's length (4 bytes,
@@ -445,6 +513,35 @@ impl StatusStore for SqliteStore {
     }
 }
 
+/// A row's source offset as read: in full, or a delta against the row before it.
+enum StoredOffset {
+    Full(String),
+    Delta(Vec<u8>),
+}
+
+/// The source offset of row `id` in full, for a read that starts at the row after it:
+/// back to the nearest row that stores its offset in full (at most [`ANCHOR_EVERY`] rows,
+/// none before `first`, the topic's first key), then forward through the deltas.
+fn full_offset_of(conn: &Connection, id: i64, first: i64) -> anyhow::Result<String> {
+    let mut stmt =
+        conn.prepare_cached("SELECT offset FROM log WHERE id <= ?1 AND id >= ?2 ORDER BY id DESC LIMIT ?3")?;
+    let mut rows = stmt.query(params![id, first, i64::from(ANCHOR_EVERY) + 1])?;
+    let mut deltas = Vec::new();
+    while let Some(row) = rows.next()? {
+        match row.get_ref(0)? {
+            rusqlite::types::ValueRef::Blob(delta) => deltas.push(delta.to_vec()),
+            _ => {
+                let mut offset: String = row.get(0)?;
+                for delta in deltas.iter().rev() {
+                    offset = decode_offset_delta(&offset, delta)?;
+                }
+                return Ok(offset);
+            }
+        }
+    }
+    anyhow::bail!("the local log has no full source offset within {ANCHOR_EVERY} records before record key {id}")
+}
+
 impl RecordLog for SqliteStore {
     fn append_with_offsets(
         &self,
@@ -487,11 +584,15 @@ impl RecordLog for SqliteStore {
         let range = (log_key(topic_id, from), log_key(topic_id + 1, 0));
         let rows = stmt.query_map(params![range.0, range.1, limit as i64], |row| {
             let headers = decode_headers(row.get_ref(6)?);
+            let source_offset = match row.get_ref(3)? {
+                rusqlite::types::ValueRef::Blob(delta) => StoredOffset::Delta(delta.to_vec()),
+                _ => StoredOffset::Full(row.get(3)?),
+            };
             Ok((
-                row.get::<_, i64>(0)? & ((1 << OFFSET_BITS) - 1),
+                row.get::<_, i64>(0)?,
                 row.get(1)?,
                 row.get(2)?,
-                row.get(3)?,
+                source_offset,
                 row.get(4)?,
                 row.get(5)?,
                 headers,
@@ -499,13 +600,26 @@ impl RecordLog for SqliteStore {
             ))
         })?;
         let mut bytes = 0u64;
-        let mut page = Vec::new();
+        let mut page: Vec<StoredRecord> = Vec::new();
         for row in rows {
-            let (offset, connector, partition, source_offset, key, value, headers, timestamp_ms) = row?;
+            let (id, connector, partition, source_offset, key, value, headers, timestamp_ms) = row?;
+            let offset = id & ((1 << OFFSET_BITS) - 1);
             let key: Option<Vec<u8>> = key;
             let value: Option<Vec<u8>> = value;
             let partition: String = partition;
-            let source_offset: String = source_offset;
+            let source_offset = match source_offset {
+                StoredOffset::Full(text) => text,
+                StoredOffset::Delta(delta) => {
+                    let decoded = match page.last() {
+                        Some(before) if before.offset + 1 == offset as u64 => {
+                            decode_offset_delta(&before.record.offset, &delta)
+                        }
+                        _ => full_offset_of(&conn, id - 1, log_key(topic_id, 0))
+                            .and_then(|before| decode_offset_delta(&before, &delta)),
+                    };
+                    decoded.with_context(|| format!("the source offset of record {offset} of topic {topic}"))?
+                }
+            };
             bytes += (key.as_ref().map_or(0, Vec::len)
                 + value.as_ref().map_or(0, Vec::len)
                 + headers.as_ref().map_or(0, |h| h.iter().map(|(k, v)| k.len() + v.len()).sum())
@@ -585,6 +699,66 @@ mod tests {
         // Opening again finds nothing left to move.
         let db = SqliteStore::open(&path).unwrap();
         assert_eq!(db.read("default", "t", 0, 10).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn offset_deltas_turn_the_offset_before_into_the_next() {
+        let mut delta = Vec::new();
+        for (before, offset) in [
+            (r#"{"path":"a.log","position":99900,"line":999}"#, r#"{"path":"a.log","position":100000,"line":1000}"#),
+            (r#"{"n":1}"#, r#"{"n":1}"#),
+            ("abcabc", "abc"),
+            ("ab", "abab"),
+            ("é1é", "é2é"),
+        ] {
+            if encode_offset_delta(before, offset, &mut delta) {
+                assert!(delta.len() < offset.len(), "{before} -> {offset}");
+                assert_eq!(decode_offset_delta(before, &delta).unwrap(), offset, "{before} -> {offset}");
+            }
+        }
+        let long = format!("{{\"path\":\"{}\",\"line\":1}}", "p".repeat(300));
+        assert!(encode_offset_delta(&long, &long.replace(":1}", ":2}"), &mut delta));
+        assert_eq!(delta.len(), 2 + 1 + 1, "a 300-byte prefix takes two LEB128 bytes, the suffix one");
+        assert_eq!(decode_offset_delta(&long, &delta).unwrap(), long.replace(":1}", ":2}"));
+        assert!(!encode_offset_delta("1", "2", &mut delta), "no shorter as a delta");
+        assert!(decode_offset_delta("ab", &[3, 0]).is_err(), "a prefix longer than the offset before");
+        assert!(decode_offset_delta("ab", &[0x80]).is_err(), "cut short");
+    }
+
+    #[test]
+    fn offsets_stored_as_deltas_read_back_from_any_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteStore::open(&dir.path().join("sluice.db")).unwrap();
+        let offset = |n: usize| format!(r#"{{"path":"a.log","position":{},"line":{n},"done":false}}"#, n * 100);
+        // One append of 600 records of two sources and two topics, interleaved, longer than
+        // a delta chain may be; then a second append continuing the same source.
+        let mut records = Vec::new();
+        for n in 0..600 {
+            let partition = if n % 7 == 3 { r#"{"p":2}"# } else { r#"{"p":1}"# };
+            let topic = if n % 11 == 5 { "u" } else { "t" };
+            records.push(record(topic, partition, &offset(n)));
+        }
+        let ns = Namespace::new("default", "a");
+        db.append_with_offsets(&ns, &records, &[]).unwrap();
+        db.append_with_offsets(&ns, &[record("t", r#"{"p":1}"#, &offset(600))], &[]).unwrap();
+        records.push(record("t", r#"{"p":1}"#, &offset(600)));
+        let deltas: i64 = db
+            .reader()
+            .query_row("SELECT count(*) FROM log WHERE typeof(offset) = 'blob'", [], |row| row.get(0))
+            .unwrap();
+        assert!(deltas > 400, "most rows store a delta ({deltas} of 601)");
+        for topic in ["t", "u"] {
+            let expected: Vec<&Record> = records.iter().filter(|r| &*r.topic == topic).collect();
+            let all = db.read("default", topic, 0, 10_000).unwrap();
+            assert_eq!(all.iter().map(|r| &r.record).collect::<Vec<_>>(), expected, "topic {topic}");
+            // A read may start at any record, within a delta chain too.
+            for from in [1, 2, 254, 255, 256, 300, expected.len() - 1] {
+                let Some(first) = db.read("default", topic, from as u64, 2).unwrap().into_iter().next() else {
+                    continue;
+                };
+                assert_eq!(&first.record, expected[from], "topic {topic} from {from}");
+            }
+        }
     }
 
     #[test]
