@@ -170,14 +170,15 @@ fn append(
             "INSERT INTO log (id, source, offset, key, value, headers, timestamp_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
         // A batch has few topics and partitions: each is looked up once.
-        let mut topics: Vec<(&str, i64, i64)> = Vec::new();
+        // Per topic: its name, id and next offset, and the source, delta chain length and
+        // source offset of the row this append wrote last (the next row's offset is stored
+        // against it).
+        type LastRow<'a> = Option<(i64, u32, &'a str)>;
+        let mut topics: Vec<(&str, i64, i64, LastRow)> = Vec::new();
         let mut sources: Vec<(&str, i64)> = Vec::new();
-        // Per topic (as `topics`): the source, delta chain length and source offset of the
-        // row this append wrote last, which the next row's offset is stored against.
-        let mut last_row: Vec<Option<(i64, u32, Text)>> = Vec::new();
         let (mut headers, mut delta) = (Vec::new(), Vec::new());
         for record in records {
-            let topic = match topics.iter().position(|(name, _, _)| *name == &*record.topic) {
+            let topic = match topics.iter().position(|(name, _, _, _)| *name == &*record.topic) {
                 Some(index) => index,
                 None => {
                     let found = topic_of
@@ -187,8 +188,7 @@ fn append(
                         Some(found) => found,
                         None => (new_topic.query_row(params![ns.tenant, &*record.topic], |r| r.get(0))?, 0),
                     };
-                    topics.push((&record.topic, id, next));
-                    last_row.push(None);
+                    topics.push((&record.topic, id, next, None));
                     topics.len() - 1
                 }
             };
@@ -204,7 +204,7 @@ fn append(
                     id
                 }
             };
-            let (_, topic_id, next) = &mut topics[topic];
+            let (_, topic_id, next, last_row) = &mut topics[topic];
             if *next >= 1 << OFFSET_BITS {
                 return Err(rusqlite::Error::ToSqlConversionFailure(
                     format!("topic {} of the local log is full ({next} records)", record.topic).into(),
@@ -214,22 +214,21 @@ fn append(
             // Bound one by one: `params!` boxes each value as a `dyn ToSql` per row.
             insert.raw_bind_parameter(1, log_key(*topic_id, *next))?;
             insert.raw_bind_parameter(2, source)?;
-            let before = match &last_row[topic] {
-                Some((last_source, chain, offset)) if *last_source == source && *chain < ANCHOR_EVERY => {
-                    Some((*chain, offset.as_str()))
-                }
-                _ => None,
-            };
-            match before.filter(|(_, offset)| encode_offset_delta(offset, &record.offset, &mut delta)) {
-                Some((chain, _)) => {
+            let chain = match *last_row {
+                Some((last_source, chain, before))
+                    if last_source == source
+                        && chain < ANCHOR_EVERY
+                        && encode_offset_delta(before, &record.offset, &mut delta) =>
+                {
                     insert.raw_bind_parameter(3, delta.as_slice())?;
-                    last_row[topic] = Some((source, chain + 1, record.offset.clone()));
+                    chain + 1
                 }
-                None => {
+                _ => {
                     insert.raw_bind_parameter(3, record.offset.as_str())?;
-                    last_row[topic] = Some((source, 0, record.offset.clone()));
+                    0
                 }
-            }
+            };
+            *last_row = Some((source, chain, &record.offset));
             insert.raw_bind_parameter(4, record.key.as_deref())?;
             insert.raw_bind_parameter(5, record.value.as_deref())?;
             insert.raw_bind_parameter(6, headers.as_slice())?;
@@ -237,7 +236,7 @@ fn append(
             insert.raw_execute()?;
             *next += 1;
         }
-        for (_, id, next) in topics {
+        for (_, id, next, _) in topics {
             set_next.execute(params![id, next])?;
         }
     }
