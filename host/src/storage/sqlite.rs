@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::model::{ConnectorStatus, Record, StoredRecord, TargetState, Text};
@@ -171,14 +172,14 @@ fn append(
         )?;
         // A batch has few topics and partitions: each is looked up once.
         // Per topic: its name, id and next offset, and the source, delta chain length and
-        // source offset of the row this append wrote last (the next row's offset is stored
-        // against it).
+        // source offset of the row this append wrote last, with its key and headers as one
+        // body (the next row is stored against them).
         type LastRow<'a> = Option<(i64, u32, &'a str)>;
-        let mut topics: Vec<(&str, i64, i64, LastRow)> = Vec::new();
+        let mut topics: Vec<(&str, i64, i64, LastRow, Vec<u8>)> = Vec::new();
         let mut sources: Vec<(&str, i64)> = Vec::new();
-        let (mut headers, mut delta) = (Vec::new(), Vec::new());
+        let (mut body, mut offset_delta, mut body_delta) = (Vec::new(), Vec::new(), Vec::new());
         for record in records {
-            let topic = match topics.iter().position(|(name, _, _, _)| *name == &*record.topic) {
+            let topic = match topics.iter().position(|(name, ..)| *name == &*record.topic) {
                 Some(index) => index,
                 None => {
                     let found = topic_of
@@ -188,7 +189,7 @@ fn append(
                         Some(found) => found,
                         None => (new_topic.query_row(params![ns.tenant, &*record.topic], |r| r.get(0))?, 0),
                     };
-                    topics.push((&record.topic, id, next, None));
+                    topics.push((&record.topic, id, next, None, Vec::new()));
                     topics.len() - 1
                 }
             };
@@ -204,39 +205,50 @@ fn append(
                     id
                 }
             };
-            let (_, topic_id, next, last_row) = &mut topics[topic];
+            let (_, topic_id, next, last_row, last_body) = &mut topics[topic];
             if *next >= 1 << OFFSET_BITS {
                 return Err(rusqlite::Error::ToSqlConversionFailure(
                     format!("topic {} of the local log is full ({next} records)", record.topic).into(),
                 ));
             }
-            encode_headers(&record.headers, &mut headers);
+            let headers_at = encode_body(record.key.as_deref(), &record.headers, &mut body);
             // Bound one by one: `params!` boxes each value as a `dyn ToSql` per row.
             insert.raw_bind_parameter(1, log_key(*topic_id, *next))?;
             insert.raw_bind_parameter(2, source)?;
+            let in_full = |insert: &mut rusqlite::CachedStatement<'_>| {
+                insert.raw_bind_parameter(4, record.key.as_deref())?;
+                insert.raw_bind_parameter(6, &body[headers_at..])
+            };
             let chain = match *last_row {
                 Some((last_source, chain, before))
                     if last_source == source
                         && chain < ANCHOR_EVERY
-                        && encode_offset_delta(before, &record.offset, &mut delta) =>
+                        && encode_delta(before.as_bytes(), record.offset.as_bytes(), &[], &mut offset_delta) =>
                 {
-                    insert.raw_bind_parameter(3, delta.as_slice())?;
+                    insert.raw_bind_parameter(3, offset_delta.as_slice())?;
+                    let in_full_len = record.key.as_ref().map_or(0, |key| key.len()) + body.len() - headers_at;
+                    if encode_delta(last_body, &body, &BODY_DELTA, &mut body_delta) && body_delta.len() < in_full_len {
+                        insert.raw_bind_parameter(4, None::<&[u8]>)?;
+                        insert.raw_bind_parameter(6, body_delta.as_slice())?;
+                    } else {
+                        in_full(&mut insert)?;
+                    }
                     chain + 1
                 }
                 _ => {
                     insert.raw_bind_parameter(3, record.offset.as_str())?;
+                    in_full(&mut insert)?;
                     0
                 }
             };
             *last_row = Some((source, chain, &record.offset));
-            insert.raw_bind_parameter(4, record.key.as_deref())?;
+            std::mem::swap(last_body, &mut body);
             insert.raw_bind_parameter(5, record.value.as_deref())?;
-            insert.raw_bind_parameter(6, headers.as_slice())?;
             insert.raw_bind_parameter(7, record.timestamp_ms)?;
             insert.raw_execute()?;
             *next += 1;
         }
-        for (_, id, next, _) in topics {
+        for (_, id, next, ..) in topics {
             set_next.execute(params![id, next])?;
         }
     }
@@ -248,35 +260,41 @@ fn append(
 /// starts within a batch looks back at most this far for the offset in full.
 const ANCHOR_EVERY: u32 = 255;
 
-/// Writes into `out` the delta that [`decode_offset_delta`] turns `before` into `offset`
-/// with: the lengths (LEB128) of the prefix and of the suffix the two share, then the
-/// bytes of `offset` between them. A batch's consecutive offsets of one source differ in a
-/// few digits (file-pulse's `position` and `line`), so a row stores those rather than the
-/// whole offset again. False (and nothing to store) when the delta would not be shorter.
-fn encode_offset_delta(before: &str, offset: &str, out: &mut Vec<u8>) -> bool {
-    let (before, after) = (before.as_bytes(), offset.as_bytes());
-    let prefix = before.iter().zip(after).take_while(|(a, b)| a == b).count();
-    let suffix = before[prefix..].iter().rev().zip(after[prefix..].iter().rev()).take_while(|(a, b)| a == b).count();
+/// Marks a row's headers column as holding its key and headers as one delta against the
+/// row before it (its key column is then NULL). Headers stored in full cannot start with
+/// these bytes: they start with the first header key's length, and no key is 4 GiB long.
+const BODY_DELTA: [u8; 4] = [0xff; 4];
+
+/// Writes into `out` `prefix`, then the delta that [`decode_delta`] turns `before` into
+/// `after` with: the lengths (LEB128) of the prefix and of the suffix the two share, then
+/// the bytes of `after` between them. A batch's consecutive records of one source differ
+/// in a few bytes (file-pulse's offsets in `position` and `line`, its headers in
+/// `file.line`), so a row stores those rather than the whole offset, key and headers
+/// again. False when the delta (without `prefix`) would not be shorter than `after`.
+fn encode_delta(before: &[u8], after: &[u8], prefix: &[u8], out: &mut Vec<u8>) -> bool {
+    let shared = before.iter().zip(after).take_while(|(a, b)| a == b).count();
+    let suffix = before[shared..].iter().rev().zip(after[shared..].iter().rev()).take_while(|(a, b)| a == b).count();
     out.clear();
-    for mut length in [prefix, suffix] {
+    out.extend_from_slice(prefix);
+    for mut length in [shared, suffix] {
         while length >= 0x80 {
             out.push((length as u8) | 0x80);
             length >>= 7;
         }
         out.push(length as u8);
     }
-    out.extend_from_slice(&after[prefix..after.len() - suffix]);
-    out.len() < after.len()
+    out.extend_from_slice(&after[shared..after.len() - suffix]);
+    out.len() - prefix.len() < after.len()
 }
 
-/// The offset a row stored as a delta against `before` (the offset of the row before it).
-fn decode_offset_delta(before: &str, mut delta: &[u8]) -> anyhow::Result<String> {
+/// What a row stored as `delta` against `before` (the same part of the row before it) is.
+fn decode_delta(before: &[u8], mut delta: &[u8]) -> anyhow::Result<Vec<u8>> {
     let mut length = || -> anyhow::Result<usize> {
         let (mut value, mut shift) = (0usize, 0);
         loop {
-            let (&byte, rest) = delta.split_first().context("an offset delta cut short")?;
+            let (&byte, rest) = delta.split_first().context("a delta cut short")?;
             delta = rest;
-            anyhow::ensure!(shift < usize::BITS, "an offset delta with an overlong length");
+            anyhow::ensure!(shift < usize::BITS, "a delta with an overlong length");
             value |= usize::from(byte & 0x7f) << shift;
             if byte < 0x80 {
                 return Ok(value);
@@ -285,19 +303,22 @@ fn decode_offset_delta(before: &str, mut delta: &[u8]) -> anyhow::Result<String>
         }
     };
     let (prefix, suffix) = (length()?, length()?);
-    anyhow::ensure!(prefix + suffix <= before.len(), "an offset delta longer than the offset before it");
-    let mut offset = Vec::with_capacity(prefix + delta.len() + suffix);
-    offset.extend_from_slice(&before.as_bytes()[..prefix]);
-    offset.extend_from_slice(delta);
-    offset.extend_from_slice(&before.as_bytes()[before.len() - suffix..]);
-    String::from_utf8(offset).context("an offset delta that does not make UTF-8")
+    anyhow::ensure!(prefix + suffix <= before.len(), "a delta longer than what it is against");
+    let mut after = Vec::with_capacity(prefix + delta.len() + suffix);
+    after.extend_from_slice(&before[..prefix]);
+    after.extend_from_slice(delta);
+    after.extend_from_slice(&before[before.len() - suffix..]);
+    Ok(after)
+}
+
+fn decode_offset_delta(before: &str, delta: &[u8]) -> anyhow::Result<String> {
+    String::from_utf8(decode_delta(before.as_bytes(), delta)?).context("an offset delta that does not make UTF-8")
 }
 
 /// A record's headers as stored: for each, the key's and the value's length (4 bytes,
 /// little-endian) each followed by its bytes. Rows written before this form hold the
 /// headers as JSON text, which [`decode_headers`] still reads.
 fn encode_headers(headers: &[(Text, Bytes)], out: &mut Vec<u8>) {
-    out.clear();
     for (key, value) in headers {
         for part in [key.as_bytes(), value] {
             out.extend_from_slice(&(part.len() as u32).to_le_bytes());
@@ -306,8 +327,45 @@ fn encode_headers(headers: &[(Text, Bytes)], out: &mut Vec<u8>) {
     }
 }
 
-fn decode_headers(stored: rusqlite::types::ValueRef<'_>) -> anyhow::Result<Vec<(Text, Bytes)>> {
-    use rusqlite::types::ValueRef;
+/// A record's key and headers as one byte string (its body), which the next row's delta
+/// is against: a tag (0: no key, 1: a key, then its length as 4 bytes, little-endian, and
+/// its bytes), then the headers as [`encode_headers`] stores them. Returns where the
+/// headers start.
+fn encode_body(key: Option<&[u8]>, headers: &[(Text, Bytes)], out: &mut Vec<u8>) -> usize {
+    out.clear();
+    match key {
+        None => out.push(0),
+        Some(key) => {
+            out.push(1);
+            out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            out.extend_from_slice(key);
+        }
+    }
+    let headers_at = out.len();
+    encode_headers(headers, out);
+    headers_at
+}
+
+/// A record's key and headers.
+type Body = (Option<Bytes>, Vec<(Text, Bytes)>);
+
+/// The key and headers of a body made by [`encode_body`].
+fn decode_body(body: &[u8]) -> anyhow::Result<Body> {
+    let (key, headers) = match body.split_first() {
+        Some((0, rest)) => (None, rest),
+        Some((1, rest)) => {
+            let (length, rest) = rest.split_first_chunk::<4>().context("a key cut short")?;
+            let length = u32::from_le_bytes(*length) as usize;
+            anyhow::ensure!(rest.len() >= length, "a key cut short");
+            let (key, rest) = rest.split_at(length);
+            (Some(Bytes::copy_from_slice(key)), rest)
+        }
+        _ => anyhow::bail!("a record body without its key tag"),
+    };
+    Ok((key, decode_headers(ValueRef::Blob(headers))?))
+}
+
+fn decode_headers(stored: ValueRef<'_>) -> anyhow::Result<Vec<(Text, Bytes)>> {
     let mut rest = match stored {
         ValueRef::Text(json) => {
             let headers: Vec<(String, Vec<u8>)> = serde_json::from_slice(json)?;
@@ -512,33 +570,69 @@ impl StatusStore for SqliteStore {
     }
 }
 
-/// A row's source offset as read: in full, or a delta against the row before it.
-enum StoredOffset {
-    Full(String),
-    Delta(Vec<u8>),
+/// A row of the local log as its successor's deltas are against: its source offset and
+/// its body (key and headers, see [`encode_body`]) in full.
+struct FullRow {
+    offset: String,
+    body: Vec<u8>,
 }
 
-/// The source offset of row `id` in full, for a read that starts at the row after it:
-/// back to the nearest row that stores its offset in full (at most [`ANCHOR_EVERY`] rows,
-/// none before `first`, the topic's first key), then forward through the deltas.
-fn full_offset_of(conn: &Connection, id: i64, first: i64) -> anyhow::Result<String> {
-    let mut stmt =
-        conn.prepare_cached("SELECT offset FROM log WHERE id <= ?1 AND id >= ?2 ORDER BY id DESC LIMIT ?3")?;
+/// Decodes a row's stored offset, key and headers columns: in full, or (its offset a
+/// BLOB) as deltas against the row before it, which `before` gives only when needed.
+fn decode_row(
+    offset: ValueRef<'_>,
+    key: ValueRef<'_>,
+    headers: ValueRef<'_>,
+    before: impl FnOnce() -> anyhow::Result<FullRow>,
+) -> anyhow::Result<FullRow> {
+    let body_in_full = || -> anyhow::Result<Vec<u8>> {
+        let key = match key {
+            ValueRef::Null => None,
+            ValueRef::Blob(key) | ValueRef::Text(key) => Some(key),
+            other => anyhow::bail!("a key stored as {:?}", other.data_type()),
+        };
+        let mut body = Vec::new();
+        encode_body(key, &decode_headers(headers)?, &mut body);
+        Ok(body)
+    };
+    let ValueRef::Blob(offset_delta) = offset else {
+        return Ok(FullRow { offset: offset.as_str()?.to_string(), body: body_in_full()? });
+    };
+    let before = before()?;
+    let offset = decode_offset_delta(&before.offset, offset_delta)?;
+    let body = match headers {
+        ValueRef::Blob(stored) if stored.starts_with(&BODY_DELTA) => {
+            decode_delta(&before.body, &stored[BODY_DELTA.len()..]).context("a key and headers delta")?
+        }
+        _ => body_in_full()?,
+    };
+    Ok(FullRow { offset, body })
+}
+
+/// Row `id` in full, for a read that starts at the row after it: back to the nearest row
+/// stored in full (at most [`ANCHOR_EVERY`] rows, none before `first`, the topic's first
+/// key), then forward through the deltas.
+fn row_before(conn: &Connection, id: i64, first: i64) -> anyhow::Result<FullRow> {
+    use rusqlite::types::Value;
+    let mut stmt = conn
+        .prepare_cached("SELECT offset, key, headers FROM log WHERE id <= ?1 AND id >= ?2 ORDER BY id DESC LIMIT ?3")?;
     let mut rows = stmt.query(params![id, first, i64::from(ANCHOR_EVERY) + 1])?;
-    let mut deltas = Vec::new();
+    let mut chain: Vec<[Value; 3]> = Vec::new();
     while let Some(row) = rows.next()? {
-        match row.get_ref(0)? {
-            rusqlite::types::ValueRef::Blob(delta) => deltas.push(delta.to_vec()),
-            _ => {
-                let mut offset: String = row.get(0)?;
-                for delta in deltas.iter().rev() {
-                    offset = decode_offset_delta(&offset, delta)?;
-                }
-                return Ok(offset);
+        let in_full = !matches!(row.get_ref(0)?, ValueRef::Blob(_));
+        chain.push([row.get(0)?, row.get(1)?, row.get(2)?]);
+        if in_full {
+            let mut full: Option<FullRow> = None;
+            for [offset, key, headers] in chain.iter().rev() {
+                let before = full.take();
+                full = Some(decode_row(offset.into(), key.into(), headers.into(), || {
+                    before.context("a delta with no row before it")
+                })?);
             }
+            return full.context("no row");
         }
     }
-    anyhow::bail!("the local log has no full source offset within {ANCHOR_EVERY} records before record key {id}")
+    anyhow::bail!("the local log has no row in full within {ANCHOR_EVERY} records before record key {id}")
 }
 
 impl RecordLog for SqliteStore {
@@ -581,62 +675,41 @@ impl RecordLog for SqliteStore {
              WHERE l.id >= ?1 AND l.id < ?2 ORDER BY l.id LIMIT ?3",
         )?;
         let range = (log_key(topic_id, from), log_key(topic_id + 1, 0));
-        let rows = stmt.query_map(params![range.0, range.1, limit as i64], |row| {
-            let headers = decode_headers(row.get_ref(6)?);
-            let source_offset = match row.get_ref(3)? {
-                rusqlite::types::ValueRef::Blob(delta) => StoredOffset::Delta(delta.to_vec()),
-                _ => StoredOffset::Full(row.get(3)?),
-            };
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                source_offset,
-                row.get(4)?,
-                row.get(5)?,
-                headers,
-                row.get(7)?,
-            ))
-        })?;
+        let mut rows = stmt.query(params![range.0, range.1, limit as i64])?;
         let mut bytes = 0u64;
         let mut page: Vec<StoredRecord> = Vec::new();
-        for row in rows {
-            let (id, connector, partition, source_offset, key, value, headers, timestamp_ms) = row?;
-            let offset = id & ((1 << OFFSET_BITS) - 1);
-            let key: Option<Vec<u8>> = key;
-            let value: Option<Vec<u8>> = value;
-            let partition: String = partition;
-            let source_offset = match source_offset {
-                StoredOffset::Full(text) => text,
-                StoredOffset::Delta(delta) => {
-                    let decoded = match page.last() {
-                        Some(before) if before.offset + 1 == offset as u64 => {
-                            decode_offset_delta(&before.record.offset, &delta)
-                        }
-                        _ => full_offset_of(&conn, id - 1, log_key(topic_id, 0))
-                            .and_then(|before| decode_offset_delta(&before, &delta)),
-                    };
-                    decoded.with_context(|| format!("the source offset of record {offset} of topic {topic}"))?
-                }
-            };
-            bytes += (key.as_ref().map_or(0, Vec::len)
+        let mut before: Option<(i64, FullRow)> = None;
+        while let Some(row) = rows.next()? {
+            let id: i64 = row.get(0)?;
+            let offset = (id & ((1 << OFFSET_BITS) - 1)) as u64;
+            let known = before.take().filter(|(before_id, _)| *before_id + 1 == id).map(|(_, row)| row);
+            let full = decode_row(row.get_ref(3)?, row.get_ref(4)?, row.get_ref(6)?, || match known {
+                Some(known) => Ok(known),
+                None => row_before(&conn, id - 1, log_key(topic_id, 0)),
+            })
+            .and_then(|full| Ok((decode_body(&full.body)?, full)))
+            .with_context(|| format!("record {offset} of topic {topic} of the local log"))?;
+            let ((key, headers), full) = full;
+            let (partition, value): (String, Option<Vec<u8>>) = (row.get(2)?, row.get(5)?);
+            bytes += (key.as_ref().map_or(0, Bytes::len)
                 + value.as_ref().map_or(0, Vec::len)
-                + headers.as_ref().map_or(0, |h| h.iter().map(|(k, v)| k.len() + v.len()).sum())
+                + headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
                 + partition.len()
-                + source_offset.len()) as u64;
+                + full.offset.len()) as u64;
             page.push(StoredRecord {
-                offset: offset as u64,
-                connector,
+                offset,
+                connector: row.get(1)?,
                 record: Record {
                     topic: topic.into(),
                     partition: partition.into(),
-                    offset: source_offset.into(),
-                    key: key.map(Bytes::from),
+                    offset: full.offset.as_str().into(),
+                    key,
                     value: value.map(Bytes::from),
-                    headers: headers?,
-                    timestamp_ms,
+                    headers,
+                    timestamp_ms: row.get(7)?,
                 },
             });
+            before = Some((id, full));
             // A page holds at least one record, and stops once it passes `max_bytes`.
             if bytes >= max_bytes {
                 break;
@@ -710,16 +783,19 @@ mod tests {
             ("ab", "abab"),
             ("é1é", "é2é"),
         ] {
-            if encode_offset_delta(before, offset, &mut delta) {
+            if encode_delta(before.as_bytes(), offset.as_bytes(), &[], &mut delta) {
                 assert!(delta.len() < offset.len(), "{before} -> {offset}");
                 assert_eq!(decode_offset_delta(before, &delta).unwrap(), offset, "{before} -> {offset}");
             }
         }
         let long = format!("{{\"path\":\"{}\",\"line\":1}}", "p".repeat(300));
-        assert!(encode_offset_delta(&long, &long.replace(":1}", ":2}"), &mut delta));
+        assert!(encode_delta(long.as_bytes(), long.replace(":1}", ":2}").as_bytes(), &[], &mut delta));
         assert_eq!(delta.len(), 2 + 1 + 1, "a 300-byte prefix takes two LEB128 bytes, the suffix one");
         assert_eq!(decode_offset_delta(&long, &delta).unwrap(), long.replace(":1}", ":2}"));
-        assert!(!encode_offset_delta("1", "2", &mut delta), "no shorter as a delta");
+        assert!(!encode_delta(b"1", b"2", &[], &mut delta), "no shorter as a delta");
+        assert!(encode_delta(b"abcd", b"abcd", &BODY_DELTA, &mut delta), "the prefix does not count");
+        assert_eq!(delta, [0xff, 0xff, 0xff, 0xff, 4, 0]);
+        assert_eq!(decode_delta(b"abcd", &delta[4..]).unwrap(), b"abcd");
         assert!(decode_offset_delta("ab", &[3, 0]).is_err(), "a prefix longer than the offset before");
         assert!(decode_offset_delta("ab", &[0x80]).is_err(), "cut short");
     }
@@ -731,21 +807,42 @@ mod tests {
         let offset = |n: usize| format!(r#"{{"path":"a.log","position":{},"line":{n},"done":false}}"#, n * 100);
         // One append of 600 records of two sources and two topics, interleaved, longer than
         // a delta chain may be; then a second append continuing the same source.
+        // Keys and headers as file-pulse's (the path, and the line number that changes),
+        // some without a key, some with an empty key, some without headers.
+        let file_record = |topic: &str, partition: &str, n: usize| {
+            let mut record = record(topic, partition, &offset(n));
+            record.key = match n % 13 {
+                0 => None,
+                6 => Some(Bytes::new()),
+                _ => Some(Bytes::from_static(b"/in/a.log")),
+            };
+            record.headers = match n % 17 {
+                0 => Vec::new(),
+                _ => vec![
+                    ("file.path".into(), Bytes::from_static(b"/in/a.log")),
+                    ("file.line".into(), n.to_string().into_bytes().into()),
+                ],
+            };
+            record
+        };
         let mut records = Vec::new();
         for n in 0..600 {
             let partition = if n % 7 == 3 { r#"{"p":2}"# } else { r#"{"p":1}"# };
             let topic = if n % 11 == 5 { "u" } else { "t" };
-            records.push(record(topic, partition, &offset(n)));
+            records.push(file_record(topic, partition, n));
         }
         let ns = Namespace::new("default", "a");
         db.append_with_offsets(&ns, &records, &[]).unwrap();
-        db.append_with_offsets(&ns, &[record("t", r#"{"p":1}"#, &offset(600))], &[]).unwrap();
-        records.push(record("t", r#"{"p":1}"#, &offset(600)));
-        let deltas: i64 = db
-            .reader()
-            .query_row("SELECT count(*) FROM log WHERE typeof(offset) = 'blob'", [], |row| row.get(0))
-            .unwrap();
-        assert!(deltas > 400, "most rows store a delta ({deltas} of 601)");
+        db.append_with_offsets(&ns, &[file_record("t", r#"{"p":1}"#, 600)], &[]).unwrap();
+        records.push(file_record("t", r#"{"p":1}"#, 600));
+        let count = |condition: &str| -> i64 {
+            let sql = format!("SELECT count(*) FROM log WHERE {condition}");
+            db.reader().query_row(&sql, [], |row| row.get(0)).unwrap()
+        };
+        let deltas = count("typeof(offset) = 'blob'");
+        assert!(deltas > 400, "most rows store their offset as a delta ({deltas} of 601)");
+        let bodies = count("key IS NULL AND substr(headers, 1, 4) = x'ffffffff'");
+        assert!(bodies > 250, "many rows store their key and headers as a delta ({bodies} of 601)");
         for topic in ["t", "u"] {
             let expected: Vec<&Record> = records.iter().filter(|r| &*r.topic == topic).collect();
             let all = db.read("default", topic, 0, 10_000).unwrap();
