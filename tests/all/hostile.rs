@@ -222,6 +222,23 @@ async fn filesystem_escapes_are_refused() {
     assert_neighbour_keeps_delivering(&host).await;
 }
 
+/// The host reads regular files itself (`runtime::file_reads`) and leaves everything else
+/// to wasmtime-wasi: a positional read of a FIFO (held open by the test, never written
+/// to) gets WASI's answer, `invalid-seek`, rather than a read that waits for bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_of_a_fifo_gets_wasis_answer() {
+    let granted = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(granted.path()).unwrap();
+    let fifo = dir.join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success(), "mkfifo");
+    // Opened for reading and writing, which never blocks: the FIFO has a writer, so the
+    // plugin's open succeeds.
+    let writer = std::fs::OpenOptions::new().read(true).write(true).open(&fifo).unwrap();
+    let config = [("hostile.target", fifo.to_str().unwrap()), ("sandbox.fs.read", dir.to_str().unwrap())];
+    attack("read-fifo", &config, Expect::Delivers("read failed: ErrorCode { code: 34, name: \"invalid-seek\"")).await;
+    drop(writer);
+}
+
 /// Two tasks whose every poll is 600 ms of honest CPU work, under a 1 s deadline: they
 /// run long enough to be throttled (each is held back while the other runs), and the time
 /// held back does not count against the deadline, so a busy host slows them, never fails

@@ -4,7 +4,8 @@
 //!
 //! Attacks: `loop-in-poll`, `loop-in-tick`, `loop-in-start`, `grow-memory`, `huge-alloc`,
 //! `recursion`, `trap`, `panic` (a Rust panic naming `hostile.panic.cause`), `big-record`, `many-big-records`, `million-records`, `escape` (opens
-//! `hostile.target` and reports what happened as a record), `raise-error-flood`,
+//! `hostile.target` and reports what happened as a record), `read-fifo` (reads the FIFO
+//! `hostile.target` with `descriptor.read` and reports the answer), `raise-error-flood`,
 //! `log-flood`, `print-flood`, `busy` (spins `hostile.busy.ms` per poll, for the fairness
 //! benchmark), `partition-not-object`, `offset-nested`,
 //! `invalid-utf8-topic`, `long-topic`, `too-many-tasks`; `sleep-in-<call>` (a WASI sleep,
@@ -236,6 +237,28 @@ impl TaskGuest for Hostile {
                 match std::fs::read(&target) {
                     Ok(bytes) => ok(&format!("ESCAPED {target}: read {} bytes", bytes.len())),
                     Err(e) => ok(&format!("refused {target}: {e}")),
+                }
+            }
+            "read-fifo" => {
+                // `descriptor.read` of a FIFO the test holds open and never writes to,
+                // once: its answer is the record.
+                use wasi::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
+                if SENT.replace(true) {
+                    return Ok(Vec::new());
+                }
+                let target = get("hostile.target");
+                let Some((dir, relative)) = wasi::filesystem::preopens::get_directories()
+                    .into_iter()
+                    .find_map(|(dir, path)| Some((dir, target.strip_prefix(&format!("{path}/"))?.to_string())))
+                else {
+                    return ok(&format!("{target} is not in a granted directory"));
+                };
+                match dir.open_at(PathFlags::empty(), &relative, OpenFlags::empty(), DescriptorFlags::READ) {
+                    Ok(fifo) => match fifo.read(4096, 0) {
+                        Ok((bytes, _)) => ok(&format!("read {} bytes", bytes.len())),
+                        Err(e) => ok(&format!("read failed: {e:?}")),
+                    },
+                    Err(e) => ok(&format!("open failed: {e:?}")),
                 }
             }
             "raise-error-flood" => {
