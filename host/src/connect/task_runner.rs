@@ -185,7 +185,10 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         let polled = match in_flight.take() {
             None => polling.await,
             Some(delivery) => {
-                let (polled, delivered) = tokio::join!(polling, delivery);
+                // The delivery first: its first poll hands the batch to a blocking thread,
+                // and only then does the guest run (a guest's poll runs to its end within
+                // one poll of its future, so polled second the delivery would start after it).
+                let (delivered, polled) = tokio::join!(delivery, polling);
                 match delivered.settle(id) {
                     Ok(delivered) => unsettled |= delivered,
                     // Whatever the poll returned is dropped undelivered: nothing of it is

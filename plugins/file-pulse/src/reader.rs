@@ -81,7 +81,8 @@ impl LineReader {
                 self.position += self.pending.len() as u64;
                 return Ok(Some(self.hand_out()));
             }
-            let (taken, complete) = match available.iter().position(|&b| b == b'\n') {
+            // memchr scans a word at a time (16 bytes with `simd128`), not byte by byte.
+            let (taken, complete) = match memchr::memchr(b'\n', available) {
                 Some(end) => (end, true),
                 None => (available.len(), false),
             };
