@@ -73,7 +73,7 @@ pub fn write_record_json(out: &mut impl std::io::Write, record: &Record) -> std:
 /// compares: most values (lines of text) pass, and this replaces a UTF-8 check and
 /// serde_json's byte-by-byte escaping scan.
 fn plain_ascii(bytes: &[u8]) -> bool {
-    bytes.iter().fold(true, |plain, &b| plain & (b >= 0x20) & (b < 0x7f) & (b != b'"') & (b != b'\\'))
+    bytes.iter().fold(true, |plain, &b| plain & (0x20..0x7f).contains(&b) & (b != b'"') & (b != b'\\'))
 }
 
 #[cfg(test)]
