@@ -320,11 +320,25 @@ fn decode_offset_delta(before: &str, delta: &[u8]) -> anyhow::Result<String> {
 /// headers as JSON text, which [`decode_headers`] still reads.
 fn encode_headers(headers: &[(Text, Bytes)], out: &mut Vec<u8>) {
     for (key, value) in headers {
-        for part in [key.as_bytes(), value] {
-            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            out.extend_from_slice(part);
-        }
+        put_part(out, key.as_bytes());
+        put_part(out, value);
     }
+}
+
+/// One length-prefixed part of a body: its length (4 bytes, little-endian), its bytes.
+fn put_part(out: &mut Vec<u8>, part: &[u8]) {
+    out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+    out.extend_from_slice(part);
+}
+
+/// The part [`put_part`] wrote at the start of `rest`, which moves past it.
+fn take_part<'a>(rest: &mut &'a [u8], what: &str) -> anyhow::Result<&'a [u8]> {
+    let (length, after) = rest.split_first_chunk::<4>().with_context(|| format!("{what} cut short"))?;
+    let length = u32::from_le_bytes(*length) as usize;
+    anyhow::ensure!(after.len() >= length, "{what} cut short");
+    let (part, after) = after.split_at(length);
+    *rest = after;
+    Ok(part)
 }
 
 /// A record's key and headers as one byte string (its body), which the next row's delta
@@ -337,8 +351,7 @@ fn encode_body(key: Option<&[u8]>, headers: &[(Text, Bytes)], out: &mut Vec<u8>)
         None => out.push(0),
         Some(key) => {
             out.push(1);
-            out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-            out.extend_from_slice(key);
+            put_part(out, key);
         }
     }
     let headers_at = out.len();
@@ -353,13 +366,7 @@ type Body = (Option<Bytes>, Vec<(Text, Bytes)>);
 fn decode_body(body: &[u8]) -> anyhow::Result<Body> {
     let (key, headers) = match body.split_first() {
         Some((0, rest)) => (None, rest),
-        Some((1, rest)) => {
-            let (length, rest) = rest.split_first_chunk::<4>().context("a key cut short")?;
-            let length = u32::from_le_bytes(*length) as usize;
-            anyhow::ensure!(rest.len() >= length, "a key cut short");
-            let (key, rest) = rest.split_at(length);
-            (Some(Bytes::copy_from_slice(key)), rest)
-        }
+        Some((1, mut rest)) => (Some(Bytes::copy_from_slice(take_part(&mut rest, "a key")?)), rest),
         _ => anyhow::bail!("a record body without its key tag"),
     };
     Ok((key, decode_headers(ValueRef::Blob(headers))?))
@@ -374,18 +381,11 @@ fn decode_headers(stored: ValueRef<'_>) -> anyhow::Result<Vec<(Text, Bytes)>> {
         ValueRef::Blob(blob) => blob,
         other => anyhow::bail!("headers stored as {:?}", other.data_type()),
     };
-    fn take<'a>(rest: &mut &'a [u8]) -> anyhow::Result<&'a [u8]> {
-        let (length, after) = rest.split_first_chunk::<4>().context("headers cut short")?;
-        let length = u32::from_le_bytes(*length) as usize;
-        anyhow::ensure!(after.len() >= length, "headers cut short");
-        let (part, after) = after.split_at(length);
-        *rest = after;
-        Ok(part)
-    }
     let mut headers = Vec::new();
     while !rest.is_empty() {
-        let key = String::from_utf8(take(&mut rest)?.to_vec()).context("a header key that is not UTF-8")?;
-        headers.push((Text::from(key), Bytes::copy_from_slice(take(&mut rest)?)));
+        let key =
+            String::from_utf8(take_part(&mut rest, "headers")?.to_vec()).context("a header key that is not UTF-8")?;
+        headers.push((Text::from(key), Bytes::copy_from_slice(take_part(&mut rest, "headers")?)));
     }
     Ok(headers)
 }
@@ -683,13 +683,13 @@ impl RecordLog for SqliteStore {
             let id: i64 = row.get(0)?;
             let offset = (id & ((1 << OFFSET_BITS) - 1)) as u64;
             let known = before.take().filter(|(before_id, _)| *before_id + 1 == id).map(|(_, row)| row);
+            let context = || format!("record {offset} of topic {topic} of the local log");
             let full = decode_row(row.get_ref(3)?, row.get_ref(4)?, row.get_ref(6)?, || match known {
                 Some(known) => Ok(known),
                 None => row_before(&conn, id - 1, log_key(topic_id, 0)),
             })
-            .and_then(|full| Ok((decode_body(&full.body)?, full)))
-            .with_context(|| format!("record {offset} of topic {topic} of the local log"))?;
-            let ((key, headers), full) = full;
+            .with_context(context)?;
+            let (key, headers) = decode_body(&full.body).with_context(context)?;
             let (partition, value): (String, Option<Vec<u8>>) = (row.get(2)?, row.get(5)?);
             bytes += (key.as_ref().map_or(0, Bytes::len)
                 + value.as_ref().map_or(0, Vec::len)
