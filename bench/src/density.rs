@@ -6,8 +6,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sluice::config::{DEFAULT_TENANT, WorkerConfig};
-use sluice::storage::{DataDir, State, Stores};
+use sluice::config::{DEFAULT_TENANT, SandboxSettings, WorkerConfig, WorkerSandbox};
+use sluice::runtime::{InstanceContext, Registry, Runtime};
+use sluice::storage::{DataDir, Namespace, State, Stores};
 
 pub struct DensityRow {
     pub connectors: usize,
@@ -56,6 +57,106 @@ fn proc_kib(path: &str, field: &str) -> anyhow::Result<u64> {
 /// once per sandbox that maps it, `Pss` once.
 fn memory_bytes(pid: u32) -> anyhow::Result<(u64, u64)> {
     Ok((proc_kib(&format!("/proc/{pid}/status"), "VmRSS:")?, proc_kib(&format!("/proc/{pid}/smaps_rollup"), "Pss:")?))
+}
+
+/// The least an idle wake-up costs, measured apart from the worker: what no change to the
+/// task loop can go below while every idle task wakes on its own timer and calls its
+/// plugin.
+pub struct IdleFloor {
+    pub tasks: usize,
+    pub idle_ms: u64,
+    /// CPU (of one core) of `tasks` tokio tasks on a runtime like the worker's that do
+    /// nothing but sleep `idle_ms` in a loop.
+    pub timers_cpu: f64,
+    /// One empty `poll` of an idle counter task instance, taking turns among `tasks` of
+    /// them (so each call finds its instance cold, as in the worker): the host's call
+    /// (deadline, wasmtime, the guest) and nothing around it.
+    pub empty_poll: Duration,
+}
+
+/// CPU seconds this process used so far.
+fn own_cpu_seconds() -> anyhow::Result<f64> {
+    cpu_seconds(std::process::id())
+}
+
+/// Measures [`IdleFloor`] for `tasks` idle tasks polled every `idle_ms`.
+pub async fn idle_floor(plugin_dir: &Path, tasks: usize, idle_ms: u64, settle: Duration) -> anyhow::Result<IdleFloor> {
+    // Timers alone: each task starts at its own phase, as a worker's tasks do.
+    let sleepers: Vec<_> = (0..tasks)
+        .map(|i| {
+            let phase = Duration::from_millis(idle_ms * i as u64 / tasks as u64);
+            tokio::spawn(async move {
+                tokio::time::sleep(phase).await;
+                loop {
+                    tokio::time::sleep(Duration::from_millis(idle_ms)).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(idle_ms).max(Duration::from_secs(1))).await;
+    let (before, at) = (own_cpu_seconds()?, Instant::now());
+    tokio::time::sleep(settle).await;
+    let timers_cpu = (own_cpu_seconds()? - before) / at.elapsed().as_secs_f64();
+    sleepers.iter().for_each(|sleeper| sleeper.abort());
+
+    // Calls alone.
+    let max_instances = u32::try_from(tasks + 64).unwrap_or(u32::MAX).min(sluice::config::MOST_INSTANCES);
+    let runtime = Runtime::for_worker(&WorkerSandbox { max_instances, ..WorkerSandbox::default() })?;
+    let scratch = DataDir::new(std::env::temp_dir().join(format!("sluice-bench-floor-{}", std::process::id())));
+    let stores = Stores::open(&WorkerConfig::default(), &scratch)?;
+    let registry = Registry::load(&runtime, plugin_dir, &scratch.compile_cache()).await?;
+    let plugin =
+        registry.get("counter").ok_or_else(|| anyhow::anyhow!("no counter.wasm in {}", plugin_dir.display()))?;
+    let config: Vec<(String, String)> = vec![("topic".into(), "idle".into()), ("record.count".into(), "1".into())];
+    let mut instances = Vec::with_capacity(tasks);
+    for i in 0..tasks {
+        let context = InstanceContext {
+            namespace: Namespace::new(DEFAULT_TENANT, format!("idle{}", i / 10)),
+            task: Some((i % 10) as u32),
+            offsets: stores.offsets().clone(),
+            reconfigure: None,
+        };
+        let mut instance = runtime.instantiate(plugin.pre(), context, &SandboxSettings::default()).await?;
+        instance.task_start(&config).await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        // Its one record: from now on its polls are empty.
+        instance.poll().await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        instances.push(instance);
+    }
+    let mut best = Duration::MAX;
+    for _ in 0..3 {
+        let started = Instant::now();
+        for instance in &mut instances {
+            let polled = instance.poll().await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            anyhow::ensure!(polled.records.is_empty(), "an idle counter task returned records");
+        }
+        best = best.min(started.elapsed() / tasks.max(1) as u32);
+    }
+    drop(instances);
+    let _ = std::fs::remove_dir_all(scratch.root());
+    Ok(IdleFloor { tasks, idle_ms, timers_cpu, empty_poll: best })
+}
+
+pub fn print_idle_floor(floor: &IdleFloor) {
+    let wakes = floor.tasks as f64 * 1000.0 / floor.idle_ms as f64;
+    let calls_cpu = wakes * floor.empty_poll.as_secs_f64();
+    println!(
+        "the floor at {} idle tasks polled every {} ms ({wakes:.0} wake-ups/s), measured apart from the worker:",
+        floor.tasks, floor.idle_ms
+    );
+    println!("| part | cost | of one core |");
+    println!("|---|---|---|");
+    println!(
+        "| tokio tasks that only sleep {} ms in a loop | {:.2} µs a wake-up | {:.1} % |",
+        floor.idle_ms,
+        floor.timers_cpu / wakes * 1e6,
+        floor.timers_cpu * 100.0
+    );
+    println!(
+        "| an empty poll of a cold idle counter instance | {:.2} µs a call | {:.1} % |",
+        floor.empty_poll.as_secs_f64() * 1e6,
+        calls_cpu * 100.0
+    );
+    println!("| both | | {:.1} % |", (floor.timers_cpu + calls_cpu) * 100.0);
 }
 
 /// `connectors` counter connectors of `tasks` tasks each, every task sending one record

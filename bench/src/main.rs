@@ -274,10 +274,14 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
         }
         Bench::Density { plugins, connectors, tasks, settle, idle_ms } => {
             let (settle, mut rows) = (Duration::from_secs(settle), Vec::new());
-            for idle_ms in idle_ms {
+            for &idle_ms in &idle_ms {
                 rows.push(density::density(&plugins.plugin_path, connectors, tasks, settle, idle_ms).await?);
             }
             density::print_density_table(&rows);
+            if let Some(&idle_ms) = idle_ms.first() {
+                let floor = density::idle_floor(&plugins.plugin_path, connectors * tasks, idle_ms, settle).await?;
+                density::print_idle_floor(&floor);
+            }
         }
         Bench::Startup { plugins } => {
             let (rows, compile, others) = startup::startup(&plugins.plugin_path).await?;

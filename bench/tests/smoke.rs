@@ -87,6 +87,11 @@ fn density_starts_every_task_and_prints_memory_and_cpu() {
         assert_eq!(cells[1..3], ["40", "0"], "every task running, none failed: {table}");
         assert!(cells[4].ends_with(" MiB") && cells[6].ends_with(" %"), "{table}");
     }
+    // The floor beside it: timers alone and empty calls alone, each a figure.
+    for part in ["| tokio tasks that only sleep 1000 ms in a loop |", "| an empty poll of a cold idle counter instance |"] {
+        let row = table.lines().find(|l| l.starts_with(part)).unwrap_or_else(|| panic!("no floor row {part}: {table}"));
+        assert!(row.contains(" µs a ") && row.trim_end_matches('|').trim_end().ends_with('%'), "{row}");
+    }
 }
 
 #[test]

@@ -15,5 +15,6 @@ pub use keys::{
     KafkaSettings, RestartPolicy, SandboxSettings, TASKS_MAX, TransactionBoundary,
 };
 pub use worker::{
-    DEFAULT_TENANT, OperatorConfig, Quotas, StorageConfig, StorageKind, Tenant, WorkerConfig, WorkerSandbox, hash_token,
+    DEFAULT_TENANT, MOST_INSTANCES, OperatorConfig, Quotas, StorageConfig, StorageKind, Tenant, WorkerConfig,
+    WorkerSandbox, hash_token,
 };

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::metrics::ConnectorMetrics;
 use super::reconfigure;
-use super::services::{Services, StopSignal, stopped, unless_stopped};
+use super::services::{Services, StopSignal, stopped, unless_stopped, wake_after};
 use super::task_runner::{TaskSpec, run_task};
 use crate::config::{ConnectorConfig, ConnectorSettings};
 use crate::destinations::Destination;
@@ -182,11 +182,12 @@ impl ConnectorRun {
             self.finished.notify_one();
         }
         let started = Instant::now();
-        // The first tick is at once (an interval's first tick completes immediately): a
-        // connector that finds its work in `tick`, as file-pulse lists its directory, starts
-        // its tasks without waiting `monitor.interval.ms`.
-        let mut ticks = tokio::time::interval(self.settings.monitor_interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is at once: a connector that finds its work in `tick`, as
+        // file-pulse lists its directory, starts its tasks without waiting
+        // `monitor.interval.ms`. Each later one is due an interval after the one before
+        // began (never sooner: file-pulse lists when its interval has passed), on the
+        // worker's shared grid of wake-ups.
+        let mut next_tick = Instant::now();
         loop {
             if started.elapsed() > self.settings.restart.max_backoff {
                 *attempt = 0;
@@ -215,7 +216,9 @@ impl ConnectorRun {
                         return InstanceEnd::Restart;
                     }
                 }
-                _ = ticks.tick(), if !is_paused => match unless_stopped(self.timed_tick(&mut instance), stop).await {
+                _ = tokio::time::sleep_until(next_tick.into()), if !is_paused => {
+                    next_tick = wake_after(self.settings.monitor_interval);
+                    match unless_stopped(self.timed_tick(&mut instance), stop).await {
                     // Still ticking at the stop deadline: abandoned, not called again.
                     None => return InstanceEnd::Stopped,
                     Some(Err(e)) => return InstanceEnd::Failed(e.to_string()),
@@ -224,7 +227,8 @@ impl ConnectorRun {
                     }
                     Some(Ok(Err(e))) => return InstanceEnd::Failed(describe_connector_error(&e)),
                     Some(Ok(Ok(()))) => {}
-                },
+                    }
+                }
                 _ = reconfigure.notified() => {
                     self.wake.send_modify(|requests| *requests += 1);
                     if let Some(trace) = self.reconfigure(&mut instance).await {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 
@@ -90,5 +90,51 @@ pub(crate) async fn stopped(stop: &mut StopSignal) -> Instant {
     match stop.wait_for(Option::is_some).await {
         Ok(deadline) => deadline.unwrap_or_else(Instant::now),
         Err(_) => Instant::now(),
+    }
+}
+
+/// Pauses this long or longer (an idle task's backoff, a connector's `monitor.interval.ms`)
+/// end on a grid of [`WAKE_GRID`] shared by the whole worker: a thousand connectors ticking
+/// every second, or ten thousand idle tasks, then wake in a few dozen bursts a second
+/// instead of one at a time around the clock, and a worker thread parks and wakes once
+/// per burst rather than once per wake-up. Shorter pauses stay exact.
+const COALESCE_FROM: Duration = Duration::from_millis(100);
+const WAKE_GRID: Duration = Duration::from_millis(20);
+
+/// When a pause of `pause` that starts now ends: at most [`WAKE_GRID`] later than asked.
+pub(crate) fn wake_after(pause: Duration) -> Instant {
+    static ANCHOR: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let end = Instant::now() + pause;
+    if pause < COALESCE_FROM {
+        return end;
+    }
+    let anchor = *ANCHOR.get_or_init(Instant::now);
+    let grid = WAKE_GRID.as_nanos();
+    let rounded = end.saturating_duration_since(anchor).as_nanos().div_ceil(grid) * grid;
+    anchor + Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_pauses_end_on_the_shared_grid_never_early_and_short_ones_exactly() {
+        let anchor = wake_after(Duration::from_secs(1)) - Duration::from_secs(1);
+        for millis in [100u64, 137, 999, 1000, 1013, 30_000] {
+            let asked = Instant::now() + Duration::from_millis(millis);
+            let woken = wake_after(Duration::from_millis(millis));
+            assert!(woken >= asked, "{millis} ms: woken before it was due");
+            assert!(woken - asked <= WAKE_GRID + Duration::from_millis(5), "{millis} ms: woken long after it was due");
+            // On the grid: a whole number of grid steps from the worker's anchor.
+            let since = woken.saturating_duration_since(anchor).as_nanos();
+            let off = since % WAKE_GRID.as_nanos();
+            assert!(off.min(WAKE_GRID.as_nanos() - off) < 2_000_000, "{millis} ms: off the grid by {off} ns");
+        }
+        for millis in [1u64, 2, 64, 99] {
+            let asked = Instant::now() + Duration::from_millis(millis);
+            let woken = wake_after(Duration::from_millis(millis));
+            assert!(woken >= asked && woken - asked < Duration::from_millis(1), "{millis} ms is not exact");
+        }
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 
 use super::metrics::TaskCounters;
 use super::records::{Polled, Source, check_batch, latest_offsets};
-use super::services::{Services, StopSignal, stopped, unless_stopped};
+use super::services::{Services, StopSignal, stopped, unless_stopped, wake_after};
 use crate::config::{ConnectorSettings, RestartPolicy, SandboxSettings};
 use crate::destinations::{Destination, RetriableDelivery};
 use crate::runtime::bindings::{ConnectorError, PollBatch};
@@ -233,7 +233,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             // connector, so only a source that really has nothing waits this long.
             idle = (idle * 2).clamp(Duration::from_millis(1), spec.settings.poll_idle_max);
             tokio::select! {
-                _ = tokio::time::sleep(idle) => {}
+                _ = tokio::time::sleep_until(wake_after(idle).into()) => {}
                 _ = stop.changed() => {}
                 _ = paused.changed() => {}
                 _ = wake.changed() => idle = Duration::ZERO,
