@@ -223,10 +223,12 @@ pub async fn density(
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let started_in = started.elapsed();
-    // Settle (the idle backoff grows to its longest), then measure.
-    tokio::time::sleep(settle).await;
+    // Settle: an idle task's backoff doubles from 1 ms, so it reaches `idle_ms` after about
+    // twice that. Then measure for long enough that every task and connector wakes.
+    let idle = Duration::from_millis(idle_ms);
+    tokio::time::sleep(settle.max(2 * idle)).await;
     let (cpu_before, at) = (cpu_seconds(pid)?, Instant::now());
-    tokio::time::sleep(settle).await;
+    tokio::time::sleep(settle.max(idle)).await;
     let idle_cpu = (cpu_seconds(pid)? - cpu_before) / at.elapsed().as_secs_f64();
     let (resident, proportional) = memory_bytes(pid)?;
     let stopping = Instant::now();

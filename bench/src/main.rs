@@ -122,8 +122,9 @@ enum Bench {
         #[arg(long, default_value_t = 10)]
         settle: u64,
         /// One run per value, comma-separated: the connectors' `poll.idle.max.ms` and
-        /// `monitor.interval.ms` (the defaults, 1000, then a worker tuned for idle tasks).
-        #[arg(long, value_delimiter = ',', default_value = "1000,30000")]
+        /// `monitor.interval.ms` (the defaults, 1000, then workers tuned for idle tasks).
+        /// Each is settled for at least twice its value and measured for at least its value.
+        #[arg(long, value_delimiter = ',', default_value = "1000,5000,30000")]
         idle_ms: Vec<u64>,
     },
     /// `sluice run` of one file-pulse connector, with every shipped plugin in the folder:

@@ -48,7 +48,7 @@ enum InstanceEnd {
 }
 
 pub(super) struct TaskHandle {
-    config: Pairs,
+    config: Arc<Pairs>,
     stop: watch::Sender<Option<Instant>>,
     join: JoinHandle<()>,
 }
@@ -68,7 +68,8 @@ pub(super) struct ConnectorRun {
     pub(super) services: Arc<Services>,
     pub(super) namespace: Namespace,
     pub(super) config: ConnectorConfig,
-    pub(super) settings: ConnectorSettings,
+    /// Shared with every task.
+    pub(super) settings: Arc<ConnectorSettings>,
     pub(super) plugin: Arc<Plugin>,
     pub(super) destination: Arc<dyn Destination>,
     pub(super) metrics: Arc<ConnectorMetrics>,
@@ -280,7 +281,7 @@ impl ConnectorRun {
         let deadline = Instant::now() + self.settings.sandbox.timeouts.lifecycle;
         let mut tasks: Vec<Option<TaskHandle>> = std::mem::take(&mut self.tasks).into_iter().map(Some).collect();
         let stopping: Vec<TaskHandle> = selected.iter().filter_map(|&task| tasks[task].take()).collect();
-        let configs: Vec<(usize, Pairs)> =
+        let configs: Vec<(usize, Arc<Pairs>)> =
             selected.iter().copied().zip(stopping.iter().map(|t| t.config.clone())).collect();
         for &task in &selected {
             self.services.board.set_task(&self.namespace, task as u32, State::Restarting, None, 0);
@@ -315,7 +316,7 @@ impl ConnectorRun {
             tracing::warn!(connector = %name, "task-configs returned {} configs but tasks.max is {max}; using the first {max}", configs.len());
             configs.truncate(max as usize);
         }
-        let running: Vec<&Pairs> = self.tasks.iter().map(|task| &task.config).collect();
+        let running: Vec<&Pairs> = self.tasks.iter().map(|task| &*task.config).collect();
         let plan = reconfigure::plan(&running, &configs);
         if plan.is_empty() {
             tracing::debug!(connector = %name, "task configs unchanged; no task restarted");
@@ -341,7 +342,7 @@ impl ConnectorRun {
         // Every task past the new count was stopped just above.
         tasks.resize_with(configs.len(), || None);
         for &i in &plan.start {
-            tasks[i] = Some(self.start_task(i as u32, configs[i].clone()));
+            tasks[i] = Some(self.start_task(i as u32, Arc::new(configs[i].clone())));
         }
         self.tasks = tasks.into_iter().flatten().collect();
         self.services.board.retain_tasks(&self.namespace, configs.len() as u32);
@@ -352,7 +353,7 @@ impl ConnectorRun {
         None
     }
 
-    fn start_task(&self, task: u32, config: Pairs) -> TaskHandle {
+    fn start_task(&self, task: u32, config: Arc<Pairs>) -> TaskHandle {
         let (stop, stop_rx) = watch::channel(None);
         let spec = TaskSpec {
             services: self.services.clone(),

@@ -296,7 +296,7 @@ impl Herder {
             services: self.services.clone(),
             namespace: ns.clone(),
             config: config.clone(),
-            settings,
+            settings: Arc::new(settings),
             plugin,
             destination,
             metrics: metrics.clone(),

@@ -27,9 +27,10 @@ pub struct TaskSpec {
     pub services: Arc<Services>,
     pub namespace: Namespace,
     pub task: u32,
-    pub config: Pairs,
+    /// Shared with the connector's handle of the task: thousands of tasks keep one copy.
+    pub config: Arc<Pairs>,
     pub plugin: Arc<Plugin>,
-    pub settings: ConnectorSettings,
+    pub settings: Arc<ConnectorSettings>,
     pub destination: Arc<dyn Destination>,
     pub metrics: Arc<super::metrics::ConnectorMetrics>,
     pub reconfigure: Arc<Notify>,
