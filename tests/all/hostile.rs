@@ -239,16 +239,23 @@ async fn a_read_of_a_fifo_gets_wasis_answer() {
     drop(writer);
 }
 
-/// Two tasks whose every poll is 600 ms of honest CPU work, under a 1 s deadline: they
+/// Two tasks whose every poll is 400 ms of honest CPU work, under a 1 s deadline: they
 /// run long enough to be throttled (each is held back while the other runs), and the time
 /// held back does not count against the deadline, so a busy host slows them, never fails
-/// them. Counting it would make each poll take about 4 s.
+/// them. Counting it would make each poll take over 2 s. (400 ms, not more: the deadline
+/// is wall-clock, and the tests running beside this one on a 2-core machine take their
+/// share of it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_honest_calls_on_a_busy_host_are_slowed_not_failed() {
     let host = TestHost::new(&["hostile", "counter"]).await;
     start_neighbour(&host).await;
-    let config =
-        [("topic", "hostile"), ("hostile.attack", "work"), ("sandbox.call.timeout.ms", "1000"), ("tasks.max", "2")];
+    let config = [
+        ("topic", "hostile"),
+        ("hostile.attack", "work"),
+        ("hostile.work.ms", "400"),
+        ("sandbox.call.timeout.ms", "1000"),
+        ("tasks.max", "2"),
+    ];
     host.start(connector("attacker", "hostile", &config)).await;
     wait_until("three polls' records from the working tasks", || {
         (host.values("hostile").iter().filter(|v| *v == "worked").count() >= 3).then_some(())
