@@ -220,14 +220,14 @@ impl ConnectorRun {
                 _ = tokio::time::sleep_until(next_tick.into()), if !is_paused => {
                     next_tick = wake_after(self.settings.monitor_interval);
                     match unless_stopped(self.timed_tick(&mut instance), stop).await {
-                    // Still ticking at the stop deadline: abandoned, not called again.
-                    None => return InstanceEnd::Stopped,
-                    Some(Err(e)) => return InstanceEnd::Failed(e.to_string()),
-                    Some(Ok(Err(ConnectorError::Retriable(message)))) => {
-                        tracing::warn!(connector = %self.config.name, "tick: retriable error: {}", escape_controls(&message));
-                    }
-                    Some(Ok(Err(e))) => return InstanceEnd::Failed(describe_connector_error(&e)),
-                    Some(Ok(Ok(()))) => {}
+                        // Still ticking at the stop deadline: abandoned, not called again.
+                        None => return InstanceEnd::Stopped,
+                        Some(Err(e)) => return InstanceEnd::Failed(e.to_string()),
+                        Some(Ok(Err(ConnectorError::Retriable(message)))) => {
+                            tracing::warn!(connector = %self.config.name, "tick: retriable error: {}", escape_controls(&message));
+                        }
+                        Some(Ok(Err(e))) => return InstanceEnd::Failed(describe_connector_error(&e)),
+                        Some(Ok(Ok(()))) => {}
                     }
                 }
                 _ = reconfigure.notified() => {

@@ -104,11 +104,17 @@ const WAKE_GRID: Duration = Duration::from_millis(20);
 /// When a pause of `pause` that starts now ends: at most [`WAKE_GRID`] later than asked.
 pub(crate) fn wake_after(pause: Duration) -> Instant {
     static ANCHOR: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    let end = Instant::now() + pause;
+    let anchor = *ANCHOR.get_or_init(Instant::now);
+    on_grid(anchor, Instant::now(), pause)
+}
+
+/// `now + pause`, rounded up to a whole number of [`WAKE_GRID`] steps after `anchor` when
+/// the pause is at least [`COALESCE_FROM`].
+fn on_grid(anchor: Instant, now: Instant, pause: Duration) -> Instant {
+    let end = now + pause;
     if pause < COALESCE_FROM {
         return end;
     }
-    let anchor = *ANCHOR.get_or_init(Instant::now);
     let grid = WAKE_GRID.as_nanos();
     let rounded = end.saturating_duration_since(anchor).as_nanos().div_ceil(grid) * grid;
     anchor + Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX))
@@ -120,21 +126,23 @@ mod tests {
 
     #[test]
     fn long_pauses_end_on_the_shared_grid_never_early_and_short_ones_exactly() {
-        let anchor = wake_after(Duration::from_secs(1)) - Duration::from_secs(1);
-        for millis in [100u64, 137, 999, 1000, 1013, 30_000] {
-            let asked = Instant::now() + Duration::from_millis(millis);
-            let woken = wake_after(Duration::from_millis(millis));
-            assert!(woken >= asked, "{millis} ms: woken before it was due");
-            assert!(woken - asked <= WAKE_GRID + Duration::from_millis(5), "{millis} ms: woken long after it was due");
-            // On the grid: a whole number of grid steps from the worker's anchor.
-            let since = woken.saturating_duration_since(anchor).as_nanos();
-            let off = since % WAKE_GRID.as_nanos();
-            assert!(off.min(WAKE_GRID.as_nanos() - off) < 2_000_000, "{millis} ms: off the grid by {off} ns");
+        let anchor = Instant::now();
+        let ms = Duration::from_millis;
+        for (after, pause, expected) in [
+            // On the grid already: unchanged.
+            (ms(0), ms(100), ms(100)),
+            (ms(20), ms(1000), ms(1020)),
+            // Off the grid: the next grid step, never sooner.
+            (ms(7), ms(1000), ms(1020)),
+            (ms(19), ms(137), ms(160)),
+            (ms(1), ms(30_000), ms(30_020)),
+            // Short pauses are exact.
+            (ms(7), ms(99), ms(106)),
+            (ms(3), ms(1), ms(4)),
+        ] {
+            assert_eq!(on_grid(anchor, anchor + after, pause) - anchor, expected, "{after:?} + {pause:?}");
         }
-        for millis in [1u64, 2, 64, 99] {
-            let asked = Instant::now() + Duration::from_millis(millis);
-            let woken = wake_after(Duration::from_millis(millis));
-            assert!(woken >= asked && woken - asked < Duration::from_millis(1), "{millis} ms is not exact");
-        }
+        let (asked, woken) = (Instant::now() + ms(1000), wake_after(ms(1000)));
+        assert!(woken >= asked && woken - asked <= WAKE_GRID + ms(50), "woken {:?} after it was due", woken - asked);
     }
 }
