@@ -187,18 +187,18 @@ pub async fn density(
     std::fs::write(&toml, format!("[sandbox]\nmax_instances = {}\n", (instances + 64).min(16_384)))?;
     let data = scratch.join("data");
     let started = Instant::now();
-    let mut child = std::process::Command::new(std::env::current_exe()?)
-        .args([crate::SLUICE_CLI, "run", "--config"])
-        .arg(&toml)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--plugin-path")
-        .arg(plugin_dir)
-        .args(&paths)
-        .env("SLUICE_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
+    let mut child = crate::SluiceChild::spawn(
+        std::process::Command::new(std::env::current_exe()?)
+            .args([crate::SLUICE_CLI, "run", "--config"])
+            .arg(&toml)
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--plugin-path")
+            .arg(plugin_dir)
+            .args(&paths)
+            .env("SLUICE_LOG", "warn"),
+        scratch.join("sluice.stderr"),
+    )?;
     let pid = child.id();
     // Started: every task RUNNING with its one record sent, or FAILED.
     let counts = |data: &Path| -> Option<(usize, usize, Option<String>)> {
@@ -211,9 +211,7 @@ pub async fn density(
     };
     let deadline = Instant::now() + Duration::from_secs(600);
     let (running, failed, first_failure) = loop {
-        if let Some(status) = child.try_wait()? {
-            anyhow::bail!("sluice run exited early: {status}");
-        }
+        child.exited_early("sluice run")?;
         anyhow::ensure!(Instant::now() < deadline, "the connectors did not start within 10 minutes");
         if let Some((running, failed, first)) = counts(&data)
             && running + failed == connectors * tasks
@@ -233,7 +231,7 @@ pub async fn density(
     let (resident, proportional) = memory_bytes(pid)?;
     let stopping = Instant::now();
     std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status()?;
-    child.wait()?;
+    child.child.wait()?;
     let stopped_in = stopping.elapsed();
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(DensityRow {

@@ -101,25 +101,22 @@ pub async fn files(plugin_dir: &Path, megabytes: u64) -> anyhow::Result<Vec<File
     let file = scratch.join("stdout.json");
     std::fs::write(&file, connector("stdout"))?;
     let started = Instant::now();
-    let mut child = std::process::Command::new(std::env::current_exe()?)
-        .args([crate::SLUICE_CLI, "run"])
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--plugin-path")
-        .arg(plugin_dir)
-        .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
+    let mut child = crate::SluiceChild::spawn(
+        std::process::Command::new(std::env::current_exe()?)
+            .args([crate::SLUICE_CLI, "run"])
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--plugin-path")
+            .arg(plugin_dir)
+            .arg(&file),
+        scratch.join("stdout.stderr"),
+    )?;
     while !done(&data) {
-        if let Some(status) = child.try_wait()? {
-            anyhow::bail!("the stdout run exited early: {status}");
-        }
+        child.exited_early("the stdout run")?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     rows.push(FilesRow { path: "stdout", bytes, elapsed: started.elapsed() });
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(rows)
 }

@@ -202,6 +202,41 @@ enum Bench {
 /// The build puts the test fixtures beside the shipped plugins (`target/test-plugins`).
 /// Copies a data directory's compile cache (compiled plugins, their metadata, and the
 /// `files/` index) into another's, so a benchmark's second start times no compilation.
+/// A child `sluice run` whose stderr goes to `log`, so that when it exits early the
+/// benchmark can say why ([`exited_early`]) instead of only its exit status.
+pub struct SluiceChild {
+    pub child: std::process::Child,
+    log: PathBuf,
+}
+
+impl SluiceChild {
+    pub fn spawn(command: &mut std::process::Command, log: PathBuf) -> anyhow::Result<Self> {
+        let stderr = std::fs::File::create(&log)?;
+        let child = command.stdout(std::process::Stdio::null()).stderr(stderr).spawn()?;
+        Ok(Self { child, log })
+    }
+
+    /// An error naming the exit status and the last lines the child wrote, if it has exited.
+    pub fn exited_early(&mut self, what: &str) -> anyhow::Result<()> {
+        let Some(status) = self.child.try_wait()? else { return Ok(()) };
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        anyhow::bail!("{what} exited early: {status}\n{}", tail.join("\n"))
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for SluiceChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 pub fn copy_compile_cache(from: &Path, to: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {

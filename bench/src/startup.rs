@@ -18,24 +18,22 @@ pub struct StartupRow {
 /// Time from spawning `sluice run` to the first record in the local log.
 async fn first_record(plugin_dir: &Path, data: &Path, connector: &Path) -> anyhow::Result<Duration> {
     let started = Instant::now();
-    let mut child = std::process::Command::new(std::env::current_exe()?)
-        .args([crate::SLUICE_CLI, "run", "--data-dir"])
-        .arg(data)
-        .arg("--plugin-path")
-        .arg(plugin_dir)
-        .arg(connector)
-        // The data directory's own cache, not the user's shared one: cold must be cold.
-        .env("SLUICE_COMPILE_CACHE", sluice::storage::DataDir::new(data).compile_cache())
-        .env("SLUICE_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
+    let mut child = crate::SluiceChild::spawn(
+        std::process::Command::new(std::env::current_exe()?)
+            .args([crate::SLUICE_CLI, "run", "--data-dir"])
+            .arg(data)
+            .arg("--plugin-path")
+            .arg(plugin_dir)
+            .arg(connector)
+            // The data directory's own cache, not the user's shared one: cold must be cold.
+            .env("SLUICE_COMPILE_CACHE", sluice::storage::DataDir::new(data).compile_cache())
+            .env("SLUICE_LOG", "warn"),
+        data.with_extension("stderr"),
+    )?;
     let mut stores = None;
     let took = loop {
         anyhow::ensure!(started.elapsed() < Duration::from_secs(300), "no record within 5 minutes");
-        if let Some(status) = child.try_wait()? {
-            anyhow::bail!("sluice run exited early: {status}");
-        }
+        child.exited_early("sluice run")?;
         if stores.is_none() {
             stores = Stores::open_existing(&WorkerConfig::default(), &DataDir::new(data)).ok();
         }
@@ -46,8 +44,7 @@ async fn first_record(plugin_dir: &Path, data: &Path, connector: &Path) -> anyho
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     Ok(took)
 }
 

@@ -59,10 +59,10 @@ impl SqliteStore {
     /// Opens (creating if needed) the database at `path`.
     pub(super) fn open(path: &Path) -> anyhow::Result<Self> {
         let mut conn = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        conn.busy_timeout(Duration::from_secs(10))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        use_wal(&conn).with_context(|| format!("cannot open {}", path.display()))?;
         let reader = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        reader.busy_timeout(Duration::from_secs(10))?;
+        reader.busy_timeout(BUSY_TIMEOUT)?;
         // NORMAL in WAL mode: a committed transaction survives a killed process; a power
         // loss may drop the last transactions but never splits one, so records and their
         // offsets stay consistent either way.
@@ -93,6 +93,29 @@ impl SqliteStore {
             );
         }
         error.into()
+    }
+}
+
+/// How long a connection waits for another process's lock (a reader such as `sluice
+/// topics read` beside a running worker) before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Puts the database in WAL mode. SQLite does not wait on a busy database for this pragma
+/// (the busy timeout does not apply), and a new database is briefly locked by whichever
+/// process creates its first page: `sluice run` on a fresh data directory failed with
+/// "database is locked" when a reader opened it at the same moment. So retry here.
+fn use_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && started.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            result => return result,
+        }
     }
 }
 
@@ -875,5 +898,31 @@ mod tests {
         assert_eq!(db.topics("default").unwrap(), [("t".to_string(), 3)]);
         assert!(db.delete_offset(&a, r#"{"p":1}"#).unwrap());
         assert!(db.all_offsets(&a).unwrap().is_empty());
+    }
+
+    /// Separate connections lock as separate processes do: a worker creating its database
+    /// while `sluice topics read` or a status poller opens it must not fail either.
+    #[test]
+    fn a_new_database_opened_by_several_processes_at_once_opens_in_each() {
+        // Staggered by a few hundred microseconds, so some open while another creates the
+        // database's first page: without the retry, about one round in a hundred failed.
+        for round in 0..200 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("sluice.db");
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+            let opens: Vec<_> = (0..6u64)
+                .map(|i| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        std::thread::sleep(Duration::from_micros((round * 37 + i * 211) % 900));
+                        SqliteStore::open(&path).map(|_| ()).map_err(|e| format!("{e:#}"))
+                    })
+                })
+                .collect();
+            for open in opens {
+                open.join().unwrap().unwrap_or_else(|e| panic!("round {round}: {e}"));
+            }
+        }
     }
 }
