@@ -231,7 +231,7 @@ pub async fn density(
     let (resident, proportional) = memory_bytes(pid)?;
     let stopping = Instant::now();
     std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status()?;
-    child.child.wait()?;
+    child.wait()?;
     let stopped_in = stopping.elapsed();
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(DensityRow {

@@ -199,13 +199,11 @@ enum Bench {
     },
 }
 
-/// The build puts the test fixtures beside the shipped plugins (`target/test-plugins`).
-/// Copies a data directory's compile cache (compiled plugins, their metadata, and the
-/// `files/` index) into another's, so a benchmark's second start times no compilation.
 /// A child `sluice run` whose stderr goes to `log`, so that when it exits early the
-/// benchmark can say why ([`exited_early`]) instead of only its exit status.
+/// benchmark can say why ([`SluiceChild::exited_early`]) instead of only its exit status.
+/// Killed when dropped.
 pub struct SluiceChild {
-    pub child: std::process::Child,
+    child: std::process::Child,
     log: PathBuf,
 }
 
@@ -220,13 +218,17 @@ impl SluiceChild {
     pub fn exited_early(&mut self, what: &str) -> anyhow::Result<()> {
         let Some(status) = self.child.try_wait()? else { return Ok(()) };
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(20).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(20)..];
         anyhow::bail!("{what} exited early: {status}\n{}", tail.join("\n"))
     }
 
     pub fn id(&self) -> u32 {
         self.child.id()
+    }
+
+    pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait()
     }
 }
 
@@ -237,6 +239,8 @@ impl Drop for SluiceChild {
     }
 }
 
+/// Copies a data directory's compile cache (compiled plugins, their metadata, and the
+/// `files/` index) into another's, so a benchmark's second start times no compilation.
 pub fn copy_compile_cache(from: &Path, to: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
@@ -250,6 +254,7 @@ pub fn copy_compile_cache(from: &Path, to: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The build puts the test fixtures beside the shipped plugins (`target/test-plugins`).
 fn default_busy_plugin() -> PathBuf {
     Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins").join("hostile.wasm")
 }
