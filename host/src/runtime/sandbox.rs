@@ -108,6 +108,11 @@ impl Runtime {
         // backtraces and traps do not use them), and registering them costs a cached load
         // milliseconds per large (Python, JavaScript) component.
         config.native_unwind_info(false);
+        // `perf record` of a worker names the plugins' compiled functions when this is set
+        // (perf reads /tmp/perf-<pid>.map).
+        if std::env::var_os("SLUICE_PERF_MAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         // Instances come from preallocated slots: instantiation is a few microseconds and
         // memory is reused copy-on-write. The sizes leave room for large (Python, JS)
         // components, which have many core instances and tables.

@@ -21,7 +21,7 @@ use wasi::filesystem::types::{
 
 use crate::assign::{Assigned, Assignment};
 use crate::identity::{Decision, Seen, decide};
-use crate::offset::{End, FileOffset, HEAD_BYTES, decimal, head_hash, partition};
+use crate::offset::{End, FileOffset, HEAD_BYTES, OffsetWriter, decimal, head_hash, partition};
 use crate::reader::{LineReader, is_too_long, read_whole};
 use crate::settings::{Cleanup, Completion, KEYS, ReadMode, Settings};
 
@@ -819,11 +819,11 @@ struct TaskState {
 /// written.
 fn put(batch: &mut Batch, partition: &str, offset: &FileOffset, path: &str, topic: &str, line: Option<&[u8]>) {
     thread_local! {
-        static OFFSET: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        static OFFSET: std::cell::RefCell<(String, OffsetWriter)> = std::cell::RefCell::default();
     }
-    OFFSET.with_borrow_mut(|text| {
+    OFFSET.with_borrow_mut(|(text, writer)| {
         text.clear();
-        offset.write_json(text);
+        writer.write(offset, text);
         let mut number = [0u8; 20];
         let record = batch.record(partition, text, line.map(|_| topic)).key(path.as_bytes());
         let record = match line {
