@@ -141,36 +141,42 @@ pub struct OffsetWriter {
     /// `{"path":"<path>","position":` (`None` when the path needs escaping: serde writes
     /// such offsets).
     head: Option<(String, Option<String>)>,
-    /// The size, mtime and done of the offset before, and the text after its line number,
-    /// `,"size":<size>,"mtime":<mtime>,"done":<done>}`.
-    tail: Option<((u64, u64, bool), String)>,
+    /// The size, mtime and done that `tail` was written for.
+    tail_of: Option<(u64, u64, bool)>,
+    /// The text after the line number, `,"size":<size>,"mtime":<mtime>,"done":<done>}`.
+    tail: String,
 }
 
 impl OffsetWriter {
     pub fn write(&mut self, offset: &FileOffset, json: &mut String) {
+        if !offset.is_plain() {
+            json.push_str(&serde_json::to_string(offset).expect("offsets serialize"));
+            return;
+        }
         if self.head.as_ref().is_none_or(|(path, _)| *path != offset.path) {
             let plain_path = offset.path.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
             let head = plain_path.then(|| format!("{{\"path\":\"{}\",\"position\":", offset.path));
             self.head = Some((offset.path.clone(), head));
         }
-        let Some((_, Some(head))) = self.head.as_ref().filter(|_| offset.is_plain()) else {
+        let Some((_, Some(head))) = &self.head else {
             json.push_str(&serde_json::to_string(offset).expect("offsets serialize"));
             return;
         };
         let tail_of = (offset.size, offset.mtime, offset.done);
-        if self.tail.as_ref().is_none_or(|(of, _)| *of != tail_of) {
-            let mut tail = String::from(",\"size\":");
-            push_decimal(&mut tail, offset.size);
-            tail.push_str(",\"mtime\":");
-            push_decimal(&mut tail, offset.mtime);
-            tail.push_str(if offset.done { ",\"done\":true}" } else { ",\"done\":false}" });
-            self.tail = Some((tail_of, tail));
+        if self.tail_of != Some(tail_of) {
+            self.tail_of = Some(tail_of);
+            self.tail.clear();
+            self.tail.push_str(",\"size\":");
+            push_decimal(&mut self.tail, offset.size);
+            self.tail.push_str(",\"mtime\":");
+            push_decimal(&mut self.tail, offset.mtime);
+            self.tail.push_str(if offset.done { ",\"done\":true}" } else { ",\"done\":false}" });
         }
         json.push_str(head);
         push_decimal(json, offset.position);
         json.push_str(",\"line\":");
         push_decimal(json, offset.line);
-        json.push_str(self.tail.as_ref().map_or("", |(_, tail)| tail));
+        json.push_str(&self.tail);
     }
 }
 
