@@ -18,7 +18,7 @@ use crate::config::{ConnectorSettings, RestartPolicy, SandboxSettings};
 use crate::destinations::{Destination, RetriableDelivery};
 use crate::runtime::bindings::{ConnectorError, PollBatch};
 use crate::runtime::plugin_log::escape_controls;
-use crate::runtime::sandbox::{describe_connector_error, human_bytes};
+use crate::runtime::sandbox::{CallError, describe_connector_error, human_bytes};
 use crate::runtime::{Pairs, Plugin, PluginInstance};
 use crate::storage::{Namespace, Record, State};
 
@@ -175,11 +175,15 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             board.set_task(&spec.namespace, spec.task, State::Running, None, id);
             continue;
         }
-        // Timed by itself: the delivery running beside it is not poll time.
+        // Timed by itself: the delivery running beside it is not poll time. The batch is
+        // checked inside the same future, so the checks (turning the packed batch into
+        // records) also run while the batch before it is being delivered.
         let polling = unless_stopped(
             async {
                 let poll_started = Instant::now();
-                (instance.poll().await, poll_started.elapsed())
+                let polled = instance.poll().await;
+                let poll_time = poll_started.elapsed();
+                (prepare_batch(polled, spec), poll_time)
             },
             stop,
         );
@@ -199,61 +203,50 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 polled
             }
         };
-        let Some((polled, poll_time)) = polled else {
+        let Some((prepared, poll_time)) = polled else {
             // Still polling at the stop deadline: abandoned. Nothing of it was delivered,
             // so nothing is lost; the instance is not called again.
             return Outcome::Stopped;
         };
-        let batch = match polled {
-            Err(e) => return failed(e.to_string(), id),
-            Ok(Err(ConnectorError::Retriable(message))) => {
-                tracing::warn!(connector = %connector, task = spec.task, "poll: retriable error: {}", escape_controls(&message));
-                PollBatch::empty()
-            }
-            Ok(Err(e)) => return failed(describe_connector_error(&e), id),
-            Ok(Ok(batch)) => batch,
+        let Prepared { polled, done, checked } = match prepared {
+            Ok(prepared) => prepared,
+            Err(trace) => return failed(trace, id),
         };
-        let done = batch.done;
         TaskCounters::add(&counters.polls, 1);
         TaskCounters::time(&counters.poll_nanos, poll_time);
-        TaskCounters::add(&counters.polled, batch.records.len() as u64);
-        if batch.records.is_empty() && !done {
-            if unsettled {
-                // Nothing new to send: the destination settles what it holds (an open
-                // exactly-once transaction commits) rather than waiting for the next batch.
-                unsettled = false;
-                let (flushing, namespace) = (destination.clone(), spec.namespace.clone());
-                match tokio::task::spawn_blocking(move || flushing.flush(&namespace)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return failed(format!("destination failed: {e:#}"), id),
-                    Err(e) => return failed(format!("destination failed: {e}"), id),
+        TaskCounters::add(&counters.polled, polled);
+        match checked {
+            None => {
+                if unsettled {
+                    // Nothing new to send: the destination settles what it holds (an open
+                    // exactly-once transaction commits) rather than waiting for the next batch.
+                    unsettled = false;
+                    let (flushing, namespace) = (destination.clone(), spec.namespace.clone());
+                    match tokio::task::spawn_blocking(move || flushing.flush(&namespace)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => return failed(format!("destination failed: {e:#}"), id),
+                        Err(e) => return failed(format!("destination failed: {e}"), id),
+                    }
+                }
+                // `poll.idle.max.ms` (1 s by default, as Kafka Connect's file source waits): the
+                // pause ends at once on a stop, a pause or a reconfiguration request of the
+                // connector, so only a source that really has nothing waits this long.
+                idle = (idle * 2).clamp(Duration::from_millis(1), spec.settings.poll_idle_max);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(wake_after(idle).into()) => {}
+                    _ = stop.changed() => {}
+                    _ = paused.changed() => {}
+                    _ = wake.changed() => idle = Duration::ZERO,
                 }
             }
-            // `poll.idle.max.ms` (1 s by default, as Kafka Connect's file source waits): the
-            // pause ends at once on a stop, a pause or a reconfiguration request of the
-            // connector, so only a source that really has nothing waits this long.
-            idle = (idle * 2).clamp(Duration::from_millis(1), spec.settings.poll_idle_max);
-            tokio::select! {
-                _ = tokio::time::sleep_until(wake_after(idle).into()) => {}
-                _ = stop.changed() => {}
-                _ = paused.changed() => {}
-                _ = wake.changed() => idle = Duration::ZERO,
+            Some(CheckedBatch { records, offsets, refused }) => {
+                idle = Duration::ZERO;
+                if refused > 0 {
+                    board.add_refused(&spec.namespace, spec.task, refused);
+                }
+                services.rates.throttle(&spec.namespace.tenant, records.len() as u64).await;
+                in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), records, offsets)));
             }
-        } else {
-            idle = Duration::ZERO;
-            let source = Source { connector, task: spec.task };
-            let settings = &spec.settings;
-            let (polled, refused) = match check_batch(batch, &settings.sandbox, &settings.errors, now_ms(), &source) {
-                Ok(checked) => checked,
-                Err(trace) => return failed(trace, id),
-            };
-            if refused > 0 {
-                board.add_refused(&spec.namespace, spec.task, refused);
-            }
-            let offsets = latest_offsets(&polled);
-            let checked: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
-            services.rates.throttle(&spec.namespace.tenant, checked.len() as u64).await;
-            in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), checked, offsets)));
         }
         if done {
             // Everything it produced is delivered and committed before it is stopped, so
@@ -320,6 +313,52 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     }
     let deadline = stopped(stop).await;
     stop_instance(&mut instance, &destination, spec, id, deadline).await
+}
+
+/// A polled batch after the checks.
+struct Prepared {
+    /// Records the plugin returned, before the checks.
+    polled: u64,
+    /// The task said it is done.
+    done: bool,
+    /// What to deliver, or `None` when the plugin had nothing (an idle poll).
+    checked: Option<CheckedBatch>,
+}
+
+struct CheckedBatch {
+    records: Vec<Record>,
+    /// The latest offset of each partition the batch advances.
+    offsets: Vec<(String, String)>,
+    /// Records refused under `errors.tolerance=all`.
+    refused: u64,
+}
+
+/// Checks what a poll returned, or says why the task fails: a trap, a non-retriable
+/// error, or a record the checks refuse.
+fn prepare_batch(
+    polled: Result<Result<PollBatch, ConnectorError>, CallError>,
+    spec: &TaskSpec,
+) -> Result<Prepared, String> {
+    let connector = &spec.namespace.connector;
+    let batch = match polled {
+        Err(e) => return Err(e.to_string()),
+        Ok(Err(ConnectorError::Retriable(message))) => {
+            tracing::warn!(connector = %connector, task = spec.task, "poll: retriable error: {}", escape_controls(&message));
+            PollBatch::empty()
+        }
+        Ok(Err(e)) => return Err(describe_connector_error(&e)),
+        Ok(Ok(batch)) => batch,
+    };
+    let (polled, done) = (batch.records.len() as u64, batch.done);
+    if polled == 0 && !done {
+        return Ok(Prepared { polled, done, checked: None });
+    }
+    let source = Source { connector, task: spec.task };
+    let settings = &spec.settings;
+    let (checked, refused) = check_batch(batch, &settings.sandbox, &settings.errors, now_ms(), &source)?;
+    let offsets = latest_offsets(&checked);
+    let records = checked.into_iter().filter_map(Polled::into_delivered).collect();
+    Ok(Prepared { polled, done, checked: Some(CheckedBatch { records, offsets, refused }) })
 }
 
 /// How the delivery of one batch ended.
