@@ -597,10 +597,14 @@ function connectorView(name) {
       );
     },
     async refresh() {
+      const generation = app.generation;
       let status, info;
       try {
         [status, info] = await Promise.all([api('GET', connectorPath(name, '/status')), api('GET', connectorPath(name))]);
       } catch (e) {
+        // A refresh still under way when this page was left (after "Confirm delete", say)
+        // must not replace the page shown now with "Not found".
+        if (generation !== app.generation) return;
         if (e.status === 404) {
           const main = clear(document.getElementById('main'));
           main.append(el('h1', { text: 'Not found' }), el('p', { text: e.message }), el('p', {}, el('a', { href: '#/', text: '← Connectors' })));
