@@ -10,9 +10,13 @@ pub fn value(task: u32, seq: u64, size: usize) -> Vec<u8> {
 
 /// Appends [`value`] to `out`.
 pub fn write_value(out: &mut Vec<u8>, task: u32, seq: u64, size: usize) {
-    use std::io::Write;
+    // `itoa` rather than `write!`: core::fmt's machinery (a dyn Write adapter, padding
+    // checks) was two thirds of the component's own time per record, compiled to wasm.
     let start = out.len();
-    let _ = write!(out, "{task}-{seq}");
+    let mut digits = itoa::Buffer::new();
+    out.extend_from_slice(digits.format(task).as_bytes());
+    out.push(b'-');
+    out.extend_from_slice(digits.format(seq).as_bytes());
     if out.len() - start < size {
         out.resize(start + size, b'.');
     }
@@ -54,8 +58,9 @@ pub fn partition(task: u32) -> String {
 
 /// Appends `{"seq":<seq>}`, the offset of record `seq`, to `out`.
 pub fn write_offset(out: &mut String, seq: u64) {
-    use std::fmt::Write;
-    let _ = write!(out, "{{\"seq\":{seq}}}");
+    out.push_str("{\"seq\":");
+    out.push_str(itoa::Buffer::new().format(seq));
+    out.push('}');
 }
 
 #[cfg(test)]
