@@ -81,6 +81,7 @@ async fn drop_waves(host: &TestHost, inbox: &Path) -> BTreeMap<String, Vec<Strin
 }
 
 async fn waves_exactly_once(policy: &str) {
+    let started_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     let host = TestHost::new(&["file-pulse"]).await;
     let dirs = Dirs::new();
     let done = Dirs::path(&dirs.done);
@@ -102,6 +103,7 @@ async fn waves_exactly_once(policy: &str) {
     for (file, lines) in &expected {
         assert_eq!(&delivered[file], lines, "{file}: lines lost, repeated or out of order");
     }
+    assert_headers_and_timestamps(&host, started_ms);
     let moved = std::fs::read_dir(dirs.done.path()).unwrap().count();
     match policy {
         "move" => assert_eq!(moved, 60, "every file, empty ones too, is moved"),
@@ -109,6 +111,28 @@ async fn waves_exactly_once(policy: &str) {
     }
     let status = host.status("pulse").unwrap();
     assert!(status.tasks.iter().all(|t| t.state == State::Running), "{status:?}");
+}
+
+/// Every record keeps what file-pulse set beside its value, as it crossed out of the
+/// plugin's batch: its `file.path` header is its key, its `file.line` headers count each
+/// file's lines from 1, and its timestamp is file-pulse's clock during the test.
+fn assert_headers_and_timestamps(host: &TestHost, started_ms: i64) {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let mut lines_seen: BTreeMap<String, u64> = BTreeMap::new();
+    for stored in host.herder.services().stores.local().read(DEFAULT_TENANT, "lines", 0, usize::MAX >> 1).unwrap() {
+        let record = stored.record;
+        let key = String::from_utf8(record.key.clone().unwrap().to_vec()).unwrap();
+        let headers: Vec<(&str, &[u8])> = record.headers.iter().map(|(k, v)| (k.as_str(), v.as_ref())).collect();
+        let line = lines_seen.entry(key.clone()).or_default();
+        *line += 1;
+        assert_eq!(
+            headers,
+            [("file.path", key.as_bytes()), ("file.line", line.to_string().as_bytes())],
+            "record {} of {key}",
+            stored.offset
+        );
+        assert!((started_ms..=now_ms).contains(&record.timestamp_ms), "timestamp {}", record.timestamp_ms);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

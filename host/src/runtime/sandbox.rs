@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
-use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::component::{HasSelf, Linker, ResourceTable, TypedFunc};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, UpdateDeadline,
 };
@@ -19,6 +19,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::v0_1::sluice::connector::{connector_context, log, offset_storage_reader, types};
 use super::bindings::{ConfigKey, ConfigProblem, ConnectorError, PollBatch, from_v0_2, from_v0_3, v0_1, v0_2, v0_3};
+use super::packed_lift::LiftedBatch;
 use super::plugin_log::{PluginLog, escape_controls, escape_controls_but};
 use crate::config::{CallTimeouts, SandboxSettings, WorkerSandbox};
 use crate::storage::json::canonical_object;
@@ -236,7 +237,7 @@ impl Runtime {
             match pre {
                 WorldPre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
                 WorldPre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
-                WorldPre::V0_3(pre) => pre.instantiate_async(&mut store).await.map(World::V0_3),
+                WorldPre::V0_3(pre) => pre.instantiate_async(&mut store).await.map(|b| World::V0_3(b, None)),
             }
         };
         let bindings = match within(&clock, instantiating).await {
@@ -717,8 +718,12 @@ impl WorldPre {
 enum World {
     V0_1(v0_1::SourceConnector),
     V0_2(v0_2::SourceConnector),
-    V0_3(v0_3::SourceConnector),
+    /// With its `poll` typed to lift the batch's large lists quickly ([`LiftedBatch`]),
+    /// once it is first called.
+    V0_3(v0_3::SourceConnector, Option<PackedPoll>),
 }
+
+type PackedPoll = TypedFunc<(), (Result<LiftedBatch, v0_3::sluice::connector::types::ConnectorError>,)>;
 
 /// One live instance of a plugin, for the connector or for one task.
 pub struct PluginInstance {
@@ -756,21 +761,28 @@ impl PluginInstance {
 /// types, and `$later` names the function of `from_v0_2` and `from_v0_3` that does it for
 /// the later versions.
 macro_rules! guest_call {
-    ($self:ident, $name:literal, $timeout:ident, $interface:ident . $method:ident ( $($arg:expr),* ), $v0_1:expr, $later:ident) => {{
+    ($self:ident, $name:literal, $timeout:ident, $interface:ident . $method:ident ( $($arg:expr),* ), $v0_1:expr, $later:ident) => {
+        call_export!($self, $name, $timeout, |store, bindings| match bindings {
+            World::V0_1(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map($v0_1),
+            World::V0_2(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_2::$later),
+            World::V0_3(bindings, _) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_3::$later),
+        })
+    };
+}
+
+/// The frame of every export call of [`guest_call`]: `$call` runs with `$store` and
+/// `$bindings` under the call's deadline.
+macro_rules! call_export {
+    ($self:ident, $name:literal, $timeout:ident, |$store:ident, $bindings:ident| $call:expr) => {{
         if $self.store.data().abandoned {
             return Err(CallError::Setup(format!("{} not called: the instance was abandoned", $name)));
         }
         let (clock, _running) = begin(&mut $self.store, $name, $self.timeouts.$timeout, $self.stop_by);
-        let store = &mut $self.store;
+        let $store = &mut $self.store;
+        let $bindings = &$self.bindings;
         // Boxed: the call's future (wasmtime's, about 1.5 KiB) then takes no room in the
         // future of every idle task that awaits it, only while it runs.
-        let call = Box::pin(async {
-            match &$self.bindings {
-                World::V0_1(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map($v0_1),
-                World::V0_2(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_2::$later),
-                World::V0_3(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_3::$later),
-            }
-        });
+        let call = Box::pin(async { $call });
         match within(&clock, call).await {
             Some(result) => finish(&mut $self.store, result),
             None => Err(abandon(&mut $self.store)),
@@ -832,6 +844,21 @@ impl PluginInstance {
     /// The next batch, whichever version the plugin targets (a 0.1.0 plugin's records are
     /// converted, and it is never done).
     pub async fn poll(&mut self) -> Result<Result<PollBatch, ConnectorError>, CallError> {
+        if let World::V0_3(bindings, packed) = &mut self.bindings {
+            let poll = match packed {
+                Some(poll) => *poll,
+                None => {
+                    let poll =
+                        bindings.sluice_connector_task().func_poll().func().typed(&self.store).map_err(|e| {
+                            CallError::Setup(format!("poll not called: its type is not 0.3.0's ({e:#})"))
+                        })?;
+                    *packed.insert(poll)
+                }
+            };
+            return call_export!(self, "poll", hot, |store, _bindings| {
+                poll.call_async(&mut *store, ()).await.map(|(polled,)| from_v0_3::poll(polled.map(PollBatch::from)))
+            });
+        }
         guest_call!(
             self,
             "poll",
