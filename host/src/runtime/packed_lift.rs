@@ -1,12 +1,12 @@
 //! How a 0.3.0 plugin's `poll-batch` crosses into the host: [`LiftedBatch`], lifted by
-//! wasmtime like any record except for its two large lists. `data` (every record's bytes)
-//! is copied out of the guest's memory in one `memcpy`, and `records` is read from its
-//! fixed canonical-ABI layout, 72 bytes a record, with every span, index and option checked
-//! by the host afterwards as before.
+//! wasmtime like any record except for its three large lists. `data` (every record's
+//! bytes) is copied out of the guest's memory in one `memcpy`; `records` and `headers` are
+//! read from their fixed canonical-ABI layouts (72 and 16 bytes an element). Every span,
+//! index and option is still checked by the host afterwards, as before.
 //!
 //! Why: wasmtime lifts a `list<u8>` through a per-element iterator (a 16-byte copy loop)
-//! and a `list<batch-record>` field by field, working out each field's place as it goes.
-//! Measured with `perf` on `sluice-bench poll`, the two lifts took about as long as the
+//! and a list of records field by field, working out each field's place as it goes.
+//! Measured with `perf` on `sluice-bench poll`, the lifts took about as long as the
 //! plugin's own work for 1 KiB records and twice as long for 16 KiB records.
 //!
 //! This implements wasmtime's `ComponentType` and `Lift` for two list types; both traits'
@@ -19,15 +19,15 @@ use wasmtime::{Result, ValRaw, format_err};
 
 use super::bindings::{BatchHeader, BatchRecord, PollBatch, Span};
 
-/// 0.3.0's `poll-batch`, lifted with [`PackedBytes`] and [`PackedRecords`] for its lists.
+/// 0.3.0's `poll-batch`, lifted with [`PackedBytes`] and [`PackedList`] for its lists.
 #[derive(ComponentType, Lift)]
 #[component(record)]
 pub struct LiftedBatch {
     partitions: Vec<String>,
     topics: Vec<String>,
     data: PackedBytes,
-    headers: Vec<BatchHeader>,
-    records: PackedRecords,
+    headers: PackedList<BatchHeader>,
+    records: PackedList<BatchRecord>,
     done: bool,
 }
 
@@ -37,7 +37,7 @@ impl From<LiftedBatch> for PollBatch {
             partitions: batch.partitions,
             topics: batch.topics,
             data: batch.data.0,
-            headers: batch.headers,
+            headers: batch.headers.0,
             records: batch.records.0,
             done: batch.done,
         }
@@ -47,8 +47,15 @@ impl From<LiftedBatch> for PollBatch {
 /// A `list<u8>`, copied out of the guest's memory in one go.
 pub struct PackedBytes(pub Vec<u8>);
 
-/// A `list<batch-record>`, read from its canonical layout.
-pub struct PackedRecords(pub Vec<BatchRecord>);
+/// A list of records of a fixed layout, read element by element from it.
+pub struct PackedList<T>(pub Vec<T>);
+
+/// A record type whose canonical layout is read by hand.
+trait Fixed: Sized + ComponentType {
+    const SIZE: usize;
+    const ALIGN: usize;
+    fn read(bytes: &[u8]) -> Result<Self>;
+}
 
 unsafe impl ComponentType for PackedBytes {
     type Lower = [ValRaw; 2];
@@ -71,25 +78,29 @@ unsafe impl Lift for PackedBytes {
     }
 }
 
-unsafe impl ComponentType for PackedRecords {
+unsafe impl<T: Fixed> ComponentType for PackedList<T> {
     type Lower = [ValRaw; 2];
     const ABI: CanonicalAbiInfo = CanonicalAbiInfo::POINTER_PAIR;
 
     fn typecheck(ty: &InterfaceType, types: &InstanceType<'_>) -> Result<()> {
-        // Also checks that `batch-record` is the record of 0.3.0 whose layout `RECORD` reads.
-        <Vec<BatchRecord> as ComponentType>::typecheck(ty, types)
+        // Also checks that the element is the record of 0.3.0 whose layout `T::read` reads.
+        <Vec<T> as ComponentType>::typecheck(ty, types)
     }
 }
 
-unsafe impl Lift for PackedRecords {
+unsafe impl<T: Fixed> Lift for PackedList<T> {
     fn linear_lift_from_flat(cx: &mut LiftContext<'_>, _ty: InterfaceType, src: &Self::Lower) -> Result<Self> {
-        records(list_bytes(cx, src[0].get_u32(), src[1].get_u32(), RECORD.size, RECORD.align)?)
+        read_all(list_bytes(cx, src[0].get_u32(), src[1].get_u32(), T::SIZE, T::ALIGN)?)
     }
 
     fn linear_lift_from_memory(cx: &mut LiftContext<'_>, _ty: InterfaceType, bytes: &[u8]) -> Result<Self> {
         let (ptr, len) = pointer_pair(bytes);
-        records(list_bytes(cx, ptr, len, RECORD.size, RECORD.align)?)
+        read_all(list_bytes(cx, ptr, len, T::SIZE, T::ALIGN)?)
     }
+}
+
+fn read_all<T: Fixed>(bytes: &[u8]) -> Result<PackedList<T>> {
+    bytes.chunks_exact(T::SIZE).map(T::read).collect::<Result<Vec<_>>>().map(PackedList)
 }
 
 /// A list's pointer and length as stored in memory (two little-endian `u32`s).
@@ -148,13 +159,36 @@ const RECORD: RecordLayout = RecordLayout {
     timestamp_value: 64,
 };
 
-fn records(bytes: &[u8]) -> Result<PackedRecords> {
-    bytes.chunks_exact(RECORD.size).map(record).collect::<Result<Vec<_>>>().map(PackedRecords)
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"))
+}
+
+fn span_at(bytes: &[u8], at: usize) -> Span {
+    Span { start: u32_at(bytes, at), len: u32_at(bytes, at + 4) }
+}
+
+/// `key: span, value: span`.
+impl Fixed for BatchHeader {
+    const SIZE: usize = 16;
+    const ALIGN: usize = 4;
+
+    fn read(bytes: &[u8]) -> Result<BatchHeader> {
+        Ok(BatchHeader { key: span_at(bytes, 0), value: span_at(bytes, 8) })
+    }
+}
+
+impl Fixed for BatchRecord {
+    const SIZE: usize = RECORD.size;
+    const ALIGN: usize = RECORD.align;
+
+    fn read(bytes: &[u8]) -> Result<BatchRecord> {
+        record(bytes)
+    }
 }
 
 fn record(bytes: &[u8]) -> Result<BatchRecord> {
-    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"));
-    let span_at = |at: usize| Span { start: u32_at(at), len: u32_at(at + 4) };
+    let u32_at = |at: usize| u32_at(bytes, at);
+    let span_at = |at: usize| span_at(bytes, at);
     let present = |at: usize| match bytes[at] {
         0 => Ok(false),
         1 => Ok(true),
@@ -206,6 +240,11 @@ mod tests {
         assert_eq!(payload(RECORD.value, <Span as ComponentType>::ABI), RECORD.value_value);
         assert_eq!(payload(RECORD.timestamp, <i64 as ComponentType>::ABI), RECORD.timestamp_value);
         assert_eq!(<Option<Span> as ComponentType>::ABI.size32, 12);
+        let header = <BatchHeader as ComponentType>::ABI;
+        assert_eq!((header.size32 as usize, header.align32 as usize), (BatchHeader::SIZE, BatchHeader::ALIGN));
+        let mut at = 0u32;
+        let span = <Span as ComponentType>::ABI;
+        assert_eq!([span.next_field32(&mut at), span.next_field32(&mut at)], [0, 8], "a header's key and value");
     }
 
     #[test]
