@@ -68,13 +68,12 @@ unsafe impl ComponentType for PackedBytes {
 
 unsafe impl Lift for PackedBytes {
     fn linear_lift_from_flat(cx: &mut LiftContext<'_>, _ty: InterfaceType, src: &Self::Lower) -> Result<Self> {
-        let bytes = list_bytes(cx, src[0].get_u32(), src[1].get_u32(), 1, 1)?;
-        Ok(PackedBytes(bytes.to_vec()))
+        Ok(PackedBytes(list_bytes::<u8>(cx, src[0].get_u32(), src[1].get_u32(), 1, 1)?.to_vec()))
     }
 
     fn linear_lift_from_memory(cx: &mut LiftContext<'_>, _ty: InterfaceType, bytes: &[u8]) -> Result<Self> {
         let (ptr, len) = pointer_pair(bytes);
-        Ok(PackedBytes(list_bytes(cx, ptr, len, 1, 1)?.to_vec()))
+        Ok(PackedBytes(list_bytes::<u8>(cx, ptr, len, 1, 1)?.to_vec()))
     }
 }
 
@@ -90,12 +89,12 @@ unsafe impl<T: Fixed> ComponentType for PackedList<T> {
 
 unsafe impl<T: Fixed> Lift for PackedList<T> {
     fn linear_lift_from_flat(cx: &mut LiftContext<'_>, _ty: InterfaceType, src: &Self::Lower) -> Result<Self> {
-        read_all(list_bytes(cx, src[0].get_u32(), src[1].get_u32(), T::SIZE, T::ALIGN)?)
+        read_all(list_bytes::<T>(cx, src[0].get_u32(), src[1].get_u32(), T::SIZE, T::ALIGN)?)
     }
 
     fn linear_lift_from_memory(cx: &mut LiftContext<'_>, _ty: InterfaceType, bytes: &[u8]) -> Result<Self> {
         let (ptr, len) = pointer_pair(bytes);
-        read_all(list_bytes(cx, ptr, len, T::SIZE, T::ALIGN)?)
+        read_all(list_bytes::<T>(cx, ptr, len, T::SIZE, T::ALIGN)?)
     }
 }
 
@@ -110,15 +109,21 @@ fn pointer_pair(bytes: &[u8]) -> (u32, u32) {
 }
 
 /// The bytes of a list of `len` elements of `size` bytes at `ptr`, refused as wasmtime
-/// refuses them: out of the guest's memory or misaligned.
-fn list_bytes<'a>(cx: &LiftContext<'a>, ptr: u32, len: u32, size: usize, align: usize) -> Result<&'a [u8]> {
+/// refuses them: out of the guest's memory or misaligned, or (the call's *hostcall fuel*,
+/// which `sandbox.memory.max.bytes` sets) more than the host may copy out of one call, as
+/// `len` host values of type `T`.
+fn list_bytes<'a, T>(cx: &mut LiftContext<'a>, ptr: u32, len: u32, size: usize, align: usize) -> Result<&'a [u8]> {
     let (ptr, len) = (ptr as usize, len as usize);
+    let memory: &'a [u8] = cx.memory();
+    let bytes = len
+        .checked_mul(size)
+        .and_then(|bytes| memory.get(ptr..)?.get(..bytes))
+        .ok_or_else(|| format_err!("list pointer/length out of bounds of memory"))?;
+    cx.consume_fuel_array(len, std::mem::size_of::<T>())?;
     if ptr % align != 0 {
         return Err(format_err!("list pointer is not aligned"));
     }
-    len.checked_mul(size)
-        .and_then(|bytes| cx.memory().get(ptr..)?.get(..bytes))
-        .ok_or_else(|| format_err!("list pointer/length out of bounds of memory"))
+    Ok(bytes)
 }
 
 /// Where each field of a `batch-record` sits in its canonical layout (the byte of an
