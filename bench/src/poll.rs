@@ -107,9 +107,11 @@ fn native_round(records: u64, size: usize, batch: usize) -> BenchRow {
     let started = Instant::now();
     let (mut count, mut bytes, mut next) = (0u64, 0u64, 0u64);
     let mut offset = String::new();
+    // Sized as the SDK sizes a batch: for what the one before it held.
+    let mut last_bytes = 0;
     while count < records {
         let (partition, topic) = (counter::generator::partition(0), "bench".to_string());
-        let mut data: Vec<u8> = Vec::new();
+        let mut data: Vec<u8> = Vec::with_capacity(last_bytes);
         let mut spans: Vec<(Span, Span)> = Vec::with_capacity(batch);
         for seq in next..next + batch as u64 {
             offset.clear();
@@ -121,6 +123,7 @@ fn native_round(records: u64, size: usize, batch: usize) -> BenchRow {
             let end = data.len() as u32;
             spans.push((Span { start, len: at - start }, Span { start: at, len: end - at }));
         }
+        last_bytes = data.len();
         let polled = std::hint::black_box((partition, topic, data, spans));
         next += polled.3.len() as u64;
         count += polled.3.len() as u64;
