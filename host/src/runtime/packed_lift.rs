@@ -9,9 +9,10 @@
 //! Measured with `perf` on `sluice-bench poll`, the lifts took about as long as the
 //! plugin's own work for 1 KiB records and twice as long for 16 KiB records.
 //!
-//! This implements wasmtime's `ComponentType` and `Lift` for two list types; both traits'
-//! methods are public but hidden from wasmtime's docs, so a wasmtime upgrade may need this
-//! module changed (its unit test checks the layout it reads against wasmtime's own).
+//! This implements wasmtime's `ComponentType` and `Lift` for one list type
+//! ([`PackedList`]); both traits' methods are public but hidden from wasmtime's docs, so a
+//! wasmtime upgrade may need this module changed (its unit test checks the layout it reads
+//! against wasmtime's own).
 
 use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceType, LiftContext};
 use wasmtime::component::{ComponentType, Lift};
@@ -19,13 +20,13 @@ use wasmtime::{Result, ValRaw, format_err};
 
 use super::bindings::{BatchHeader, BatchRecord, PollBatch, Span};
 
-/// 0.3.0's `poll-batch`, lifted with [`PackedBytes`] and [`PackedList`] for its lists.
+/// 0.3.0's `poll-batch`, lifted with [`PackedList`] for its large lists.
 #[derive(ComponentType, Lift)]
 #[component(record)]
 pub struct LiftedBatch {
     partitions: Vec<String>,
     topics: Vec<String>,
-    data: PackedBytes,
+    data: PackedList<u8>,
     headers: PackedList<BatchHeader>,
     records: PackedList<BatchRecord>,
     done: bool,
@@ -44,36 +45,32 @@ impl From<LiftedBatch> for PollBatch {
     }
 }
 
-/// A `list<u8>`, copied out of the guest's memory in one go.
-pub struct PackedBytes(pub Vec<u8>);
-
-/// A list of records of a fixed layout, read element by element from it.
+/// A list of a fixed-layout element type, read from the guest's memory by [`Fixed`].
 pub struct PackedList<T>(pub Vec<T>);
 
-/// A record type whose canonical layout is read by hand.
+/// An element type whose canonical layout is read by hand.
 trait Fixed: Sized + ComponentType {
     const SIZE: usize;
     const ALIGN: usize;
     fn read(bytes: &[u8]) -> Result<Self>;
-}
 
-unsafe impl ComponentType for PackedBytes {
-    type Lower = [ValRaw; 2];
-    const ABI: CanonicalAbiInfo = CanonicalAbiInfo::POINTER_PAIR;
-
-    fn typecheck(ty: &InterfaceType, types: &InstanceType<'_>) -> Result<()> {
-        <Vec<u8> as ComponentType>::typecheck(ty, types)
+    /// Every element of a list's bytes.
+    fn read_all(bytes: &[u8]) -> Result<Vec<Self>> {
+        bytes.chunks_exact(Self::SIZE).map(Self::read).collect()
     }
 }
 
-unsafe impl Lift for PackedBytes {
-    fn linear_lift_from_flat(cx: &mut LiftContext<'_>, _ty: InterfaceType, src: &Self::Lower) -> Result<Self> {
-        Ok(PackedBytes(list_bytes::<u8>(cx, src[0].get_u32(), src[1].get_u32(), 1, 1)?.to_vec()))
+/// A `list<u8>`: copied out of the guest's memory in one go.
+impl Fixed for u8 {
+    const SIZE: usize = 1;
+    const ALIGN: usize = 1;
+
+    fn read(bytes: &[u8]) -> Result<u8> {
+        Ok(bytes[0])
     }
 
-    fn linear_lift_from_memory(cx: &mut LiftContext<'_>, _ty: InterfaceType, bytes: &[u8]) -> Result<Self> {
-        let (ptr, len) = pointer_pair(bytes);
-        Ok(PackedBytes(list_bytes::<u8>(cx, ptr, len, 1, 1)?.to_vec()))
+    fn read_all(bytes: &[u8]) -> Result<Vec<u8>> {
+        Ok(bytes.to_vec())
     }
 }
 
@@ -89,41 +86,31 @@ unsafe impl<T: Fixed> ComponentType for PackedList<T> {
 
 unsafe impl<T: Fixed> Lift for PackedList<T> {
     fn linear_lift_from_flat(cx: &mut LiftContext<'_>, _ty: InterfaceType, src: &Self::Lower) -> Result<Self> {
-        read_all(list_bytes::<T>(cx, src[0].get_u32(), src[1].get_u32(), T::SIZE, T::ALIGN)?)
+        lift_list(cx, src[0].get_u32(), src[1].get_u32())
     }
 
     fn linear_lift_from_memory(cx: &mut LiftContext<'_>, _ty: InterfaceType, bytes: &[u8]) -> Result<Self> {
-        let (ptr, len) = pointer_pair(bytes);
-        read_all(list_bytes::<T>(cx, ptr, len, T::SIZE, T::ALIGN)?)
+        // A list in memory: its pointer and length, two little-endian `u32`s.
+        lift_list(cx, u32_at(bytes, 0), u32_at(bytes, 4))
     }
 }
 
-fn read_all<T: Fixed>(bytes: &[u8]) -> Result<PackedList<T>> {
-    bytes.chunks_exact(T::SIZE).map(T::read).collect::<Result<Vec<_>>>().map(PackedList)
-}
-
-/// A list's pointer and length as stored in memory (two little-endian `u32`s).
-fn pointer_pair(bytes: &[u8]) -> (u32, u32) {
-    let word = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    (word(0), word(4))
-}
-
-/// The bytes of a list of `len` elements of `size` bytes at `ptr`, refused as wasmtime
-/// refuses them: out of the guest's memory or misaligned, or (the call's *hostcall fuel*,
-/// which `sandbox.memory.max.bytes` sets) more than the host may copy out of one call, as
-/// `len` host values of type `T`.
-fn list_bytes<'a, T>(cx: &mut LiftContext<'a>, ptr: u32, len: u32, size: usize, align: usize) -> Result<&'a [u8]> {
+/// The list of `len` elements at `ptr`, refused as wasmtime refuses it: out of the
+/// guest's memory or misaligned, or (the call's *hostcall fuel*, which
+/// `sandbox.memory.max.bytes` sets) more than the host may copy out of one call, as `len`
+/// host values of type `T`.
+fn lift_list<T: Fixed>(cx: &mut LiftContext<'_>, ptr: u32, len: u32) -> Result<PackedList<T>> {
     let (ptr, len) = (ptr as usize, len as usize);
-    let memory: &'a [u8] = cx.memory();
+    let memory = cx.memory();
     let bytes = len
-        .checked_mul(size)
+        .checked_mul(T::SIZE)
         .and_then(|bytes| memory.get(ptr..)?.get(..bytes))
         .ok_or_else(|| format_err!("list pointer/length out of bounds of memory"))?;
     cx.consume_fuel_array(len, std::mem::size_of::<T>())?;
-    if ptr % align != 0 {
+    if ptr % T::ALIGN != 0 {
         return Err(format_err!("list pointer is not aligned"));
     }
-    Ok(bytes)
+    T::read_all(bytes).map(PackedList)
 }
 
 /// Where each field of a `batch-record` sits in its canonical layout (the byte of an
@@ -187,28 +174,24 @@ impl Fixed for BatchRecord {
     const ALIGN: usize = RECORD.align;
 
     fn read(bytes: &[u8]) -> Result<BatchRecord> {
-        record(bytes)
+        let u32_at = |at: usize| u32_at(bytes, at);
+        let span_at = |at: usize| span_at(bytes, at);
+        let present = |at: usize| match bytes[at] {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(format_err!("invalid option discriminant")),
+        };
+        Ok(BatchRecord {
+            partition: u32_at(RECORD.partition),
+            offset: span_at(RECORD.offset),
+            topic: present(RECORD.topic)?.then(|| u32_at(RECORD.topic_value)),
+            key: present(RECORD.key)?.then(|| span_at(RECORD.key_value)),
+            value: present(RECORD.value)?.then(|| span_at(RECORD.value_value)),
+            headers: span_at(RECORD.headers),
+            timestamp: present(RECORD.timestamp)?
+                .then(|| i64::from_le_bytes(bytes[RECORD.timestamp_value..][..8].try_into().expect("eight bytes"))),
+        })
     }
-}
-
-fn record(bytes: &[u8]) -> Result<BatchRecord> {
-    let u32_at = |at: usize| u32_at(bytes, at);
-    let span_at = |at: usize| span_at(bytes, at);
-    let present = |at: usize| match bytes[at] {
-        0 => Ok(false),
-        1 => Ok(true),
-        _ => Err(format_err!("invalid option discriminant")),
-    };
-    Ok(BatchRecord {
-        partition: u32_at(RECORD.partition),
-        offset: span_at(RECORD.offset),
-        topic: present(RECORD.topic)?.then(|| u32_at(RECORD.topic_value)),
-        key: present(RECORD.key)?.then(|| span_at(RECORD.key_value)),
-        value: present(RECORD.value)?.then(|| span_at(RECORD.value_value)),
-        headers: span_at(RECORD.headers),
-        timestamp: present(RECORD.timestamp)?
-            .then(|| i64::from_le_bytes(bytes[RECORD.timestamp_value..][..8].try_into().expect("eight bytes"))),
-    })
 }
 
 #[cfg(test)]
@@ -266,7 +249,7 @@ mod tests {
         bytes[RECORD.key] = 1;
         bytes[RECORD.timestamp] = 1;
         bytes[RECORD.timestamp_value..][..8].copy_from_slice(&(-7i64).to_le_bytes());
-        let read = record(&bytes).unwrap();
+        let read = BatchRecord::read(&bytes).unwrap();
         assert_eq!(read.partition, 3);
         assert_eq!((read.offset.start, read.offset.len), (10, 11));
         assert_eq!(read.topic, None);
@@ -275,6 +258,6 @@ mod tests {
         assert_eq!((read.headers.start, read.headers.len), (5, 2));
         assert_eq!(read.timestamp, Some(-7));
         bytes[RECORD.value] = 2;
-        assert!(record(&bytes).is_err());
+        assert!(BatchRecord::read(&bytes).is_err());
     }
 }
