@@ -53,13 +53,22 @@ const LANGUAGE_PLUGINS: &[(&str, &str, KeyValues)] = &[
 ];
 
 /// For each language's connector, in one run: component size, compile time without and
-/// with the cache, instantiation time, and records/s through one task's `poll`.
-pub async fn languages(plugin_dir: &Path, seconds: u64, instantiations: usize) -> anyhow::Result<Vec<LanguageRow>> {
+/// with the cache, instantiation time, and records/s through one task's `poll`. `only`, when
+/// not empty, names the plugins to measure.
+pub async fn languages(
+    plugin_dir: &Path,
+    seconds: u64,
+    instantiations: usize,
+    only: &[String],
+) -> anyhow::Result<Vec<LanguageRow>> {
     let runtime = Runtime::new()?;
     let scratch = std::env::temp_dir().join(format!("sluice-bench-languages-{}", std::process::id()));
     let stores = Stores::open(&WorkerConfig::default(), &DataDir::new(&scratch))?;
     let mut rows = Vec::new();
     for &(plugin, language, config) in LANGUAGE_PLUGINS {
+        if !only.is_empty() && !only.iter().any(|name| name == plugin) {
+            continue;
+        }
         // A folder holding only this plugin, so each load times one component.
         let folder = scratch.join(plugin);
         std::fs::create_dir_all(&folder)?;

@@ -98,6 +98,9 @@ enum Bench {
         /// Instantiations timed per connector (the median is shown).
         #[arg(long, default_value_t = 20)]
         instantiations: usize,
+        /// Only these plugins (comma-separated names, e.g. `counter-py,counter-js`).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// file-pulse on directories of small files (flat, then nested with a recursive
     /// listing): time to stream and delete them all, tick times, connector memory.
@@ -300,8 +303,8 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
             println!("{:<28} {:>12.0}", format!("beside {busy} busy plugins"), beside);
             println!("ratio beside/alone: {:.2}", beside / alone);
         }
-        Bench::Languages { plugins, seconds, instantiations } => {
-            let rows = languages::languages(&plugins.plugin_path, seconds, instantiations).await?;
+        Bench::Languages { plugins, seconds, instantiations, only } => {
+            let rows = languages::languages(&plugins.plugin_path, seconds, instantiations, &only).await?;
             languages::print_languages_table(&rows);
         }
         Bench::Directory { plugins, files } => {

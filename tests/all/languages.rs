@@ -303,5 +303,5 @@ async fn the_minimal_python_and_javascript_counters_send_the_counters_records() 
         }
     }
     assert_eq!(host.herder.registry().get("counter-py").unwrap().pre().version(), "0.2.0");
-    assert_eq!(host.herder.registry().get("counter-js").unwrap().pre().version(), "0.2.0");
+    assert_eq!(host.herder.registry().get("counter-js").unwrap().pre().version(), "0.3.0");
 }

@@ -1,6 +1,6 @@
 //! Every released version of the world in one host: a `sluice:connector@0.1.0` plugin
 //! (`testkit`, built from its own 0.1.0 bindings, as a plugin built before 0.2.0 was), a
-//! 0.2.0 one (`counter-js`, whose records are plain objects) and 0.3.0 ones (the Rust SDK's
+//! 0.2.0 one (`counter-py`, whose records carry their own bytes) and 0.3.0 ones (the Rust SDK's
 //! `counter`, whose batches are packed) run side by side; the `done` flag (0.2.0 on)
 //! finishes tasks and connectors.
 
@@ -10,14 +10,14 @@ use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_of_every_released_version_run_side_by_side() {
-    let host = TestHost::new(&["testkit", "counter-js", "counter"]).await;
+    let host = TestHost::new(&["testkit", "counter-py", "counter"]).await;
     let registry = host.herder.registry();
     assert_eq!(registry.get("testkit").unwrap().pre().version(), "0.1.0");
-    assert_eq!(registry.get("counter-js").unwrap().pre().version(), "0.2.0");
+    assert_eq!(registry.get("counter-py").unwrap().pre().version(), "0.2.0");
     assert_eq!(registry.get("counter").unwrap().pre().version(), "0.3.0");
 
     host.start(connector("old", "testkit", &[("topic", "old"), ("tasks.max", "2"), ("record.count", "40")])).await;
-    host.start(connector("middle", "counter-js", &[("topic", "middle"), ("batch.size", "10"), ("record.size", "8")]))
+    host.start(connector("middle", "counter-py", &[("topic", "middle"), ("batch.size", "10"), ("record.size", "8")]))
         .await;
     host.start(connector("new", "counter", &[("topic", "new"), ("tasks.max", "2"), ("record.count", "40")])).await;
     let (old, middle, new) = wait_until("every version delivered its records", || {
