@@ -6,8 +6,8 @@
 // Targets sluice:connector@0.3.0: a batch's offsets and values are written into one
 // Uint8Array and each record names its parts as spans of it. componentize-js lowers a
 // returned value field by field in interpreted JavaScript, so one byte array per batch
-// instead of a string and a byte array per record is about 1.5x the records/s of the
-// same logic on 0.2.0 (`sluice-bench languages --only counter-js`).
+// instead of a string and a byte array per record is about 1.6x the records/s of the
+// same logic on 0.2.0 (`sluice-bench languages --only counter-js`: 71 k against 45 k).
 
 const PARTITION = '{"counter":0}';
 // The longest offset text, {"seq":<2^53>}, with room to spare.
