@@ -127,9 +127,9 @@ pub async fn languages(
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(seconds) {
             // The Python and JavaScript bindings never free a returned batch's bytes: past
-            // `sandbox.memory.recycle.percent`'s default of the cap, a new instance
-            // takes over, as a worker recycles such a task (and within the timed seconds).
-            if task.largest_memory() >= settings.memory_max_bytes / 4 * 3 {
+            // `sandbox.memory.recycle.percent` of the cap, a new instance takes over, as a
+            // worker recycles such a task (and within the timed seconds).
+            if settings.recycle_bytes().is_some_and(|limit| task.largest_memory() >= limit) {
                 drop(task);
                 task = start_task().await?;
             }

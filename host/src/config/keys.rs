@@ -405,6 +405,14 @@ pub struct SandboxSettings {
     pub memory_recycle_percent: u8,
 }
 
+impl SandboxSettings {
+    /// The memory at which a task is recycled (`sandbox.memory.recycle.percent` of the
+    /// cap), or `None` when recycling is off.
+    pub fn recycle_bytes(&self) -> Option<u64> {
+        (self.memory_recycle_percent != 0).then(|| self.memory_max_bytes / 100 * u64::from(self.memory_recycle_percent))
+    }
+}
+
 impl Default for SandboxSettings {
     /// The sandbox of a config that sets no key (also used to inspect plugins at load).
     fn default() -> Self {

@@ -510,10 +510,7 @@ async fn stop_instance(
 /// restart from committed offsets. A task that starts above the threshold is left alone,
 /// or it would be recycled on every poll.
 fn recycle_threshold(sandbox: &SandboxSettings, at_start: u64, connector: &str, task: u32) -> Option<u64> {
-    if sandbox.memory_recycle_percent == 0 {
-        return None;
-    }
-    let threshold = sandbox.memory_max_bytes / 100 * u64::from(sandbox.memory_recycle_percent);
+    let threshold = sandbox.recycle_bytes()?;
     if at_start >= threshold {
         tracing::warn!(
             connector,
