@@ -183,29 +183,47 @@ impl OffsetWriter {
 /// `n` in decimal, written into `digits`.
 pub fn decimal(n: u64, digits: &mut [u8; 20]) -> &[u8] {
     // WebAssembly has no 64 × 64 → 128-bit multiply, so each u64 division by 10 is a real
-    // division instruction (about 30 cycles, twice per digit); a u32 division by 10
+    // division instruction (about 30 cycles, twice per digit); a u32 division by a constant
     // compiles to a multiply and a shift. So nine digits at a time are split off with one
-    // u64 division, and each part is written in u32.
+    // u64 division, and each part is written in u32, two digits at a time.
     let mut at = digits.len();
     let mut rest = n;
     while rest > u64::from(u32::MAX) {
         let mut part = (rest % 1_000_000_000) as u32;
         rest /= 1_000_000_000;
-        for _ in 0..9 {
-            at -= 1;
-            digits[at] = b'0' + (part % 10) as u8;
-            part /= 10;
+        for _ in 0..4 {
+            at -= 2;
+            digits[at..at + 2].copy_from_slice(pair(part % 100));
+            part /= 100;
         }
+        at -= 1;
+        digits[at] = b'0' + part as u8;
     }
     let mut low = rest as u32;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (low % 10) as u8;
-        low /= 10;
-        if low == 0 {
-            return &digits[at..];
-        }
+    while low >= 100 {
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(pair(low % 100));
+        low /= 100;
     }
+    if low >= 10 {
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(pair(low));
+    } else {
+        at -= 1;
+        digits[at] = b'0' + low as u8;
+    }
+    &digits[at..]
+}
+
+/// The two digits of `n` (below 100).
+fn pair(n: u32) -> &'static [u8] {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let at = n as usize * 2;
+    &PAIRS[at..at + 2]
 }
 
 /// Appends `n` in decimal.
@@ -233,6 +251,20 @@ mod tests {
             1_733_000_000_123_456_789,
             u64::MAX,
         ] {
+            assert_eq!(decimal(n, &mut digits), n.to_string().as_bytes(), "{n}");
+        }
+        // Every length, and numbers around each power of ten.
+        let mut power = 1u64;
+        loop {
+            for n in [power - 1, power, power + 1, power * 3 + 7] {
+                assert_eq!(decimal(n, &mut digits), n.to_string().as_bytes(), "{n}");
+            }
+            match power.checked_mul(10) {
+                Some(next) => power = next,
+                None => break,
+            }
+        }
+        for n in (0..200_000).chain((0..200_000).map(|i| u64::MAX / 200_000 * i + i)) {
             assert_eq!(decimal(n, &mut digits), n.to_string().as_bytes(), "{n}");
         }
     }
