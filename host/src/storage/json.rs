@@ -88,25 +88,31 @@ fn plainly_an_object_of_primitives(text: &str) -> bool {
 /// How many bytes `bytes` begins with that may stand in a plain string: printable ASCII
 /// other than `"` and `\\`. Eight at a time: each test below sets the high bit of the
 /// bytes it matches, exactly for the lowest one that matches (a borrow or carry only runs
-/// upward from a byte that matched itself).
+/// upward from a byte that matched itself). The last few bytes are padded with a zero,
+/// which ends the run where they end.
 fn plain_run(bytes: &[u8]) -> usize {
     const ONES: u64 = u64::MAX / 255;
     const HIGH: u64 = ONES * 0x80;
     let less_than = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGH;
-    let mut chunks = bytes.chunks_exact(8);
-    let mut at = 0;
-    for chunk in &mut chunks {
-        let x = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+    let first_special = |chunk: [u8; 8]| {
+        let x = u64::from_le_bytes(chunk);
         let special = less_than(x, 0x20)
             | ((x.wrapping_add(ONES) | x) & HIGH)
             | less_than(x ^ (ONES * u64::from(b'"')), 1)
             | less_than(x ^ (ONES * u64::from(b'\\')), 1);
-        if special != 0 {
-            return at + (special.trailing_zeros() / 8) as usize;
+        (special != 0).then(|| (special.trailing_zeros() / 8) as usize)
+    };
+    let mut chunks = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        if let Some(special) = first_special(chunk.try_into().expect("eight bytes")) {
+            return at + special;
         }
         at += 8;
     }
-    at + chunks.remainder().iter().take_while(|&&b| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\').count()
+    let mut last = [0u8; 8];
+    last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    at + first_special(last).expect("the padding ends the run")
 }
 
 /// Checks that `text` is a JSON object of primitive values without building it (the

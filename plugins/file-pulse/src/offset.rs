@@ -256,7 +256,7 @@ mod tests {
         // Every length, and numbers around each power of ten.
         let mut power = 1u64;
         loop {
-            for n in [power - 1, power, power + 1, power * 3 + 7] {
+            for n in [power - 1, power, power + 1, power.wrapping_mul(3).wrapping_add(7)] {
                 assert_eq!(decimal(n, &mut digits), n.to_string().as_bytes(), "{n}");
             }
             match power.checked_mul(10) {
