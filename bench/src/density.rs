@@ -10,11 +10,30 @@ use sluice::config::{DEFAULT_TENANT, SandboxSettings, WorkerConfig, WorkerSandbo
 use sluice::runtime::{InstanceContext, Registry, Runtime};
 use sluice::storage::{DataDir, Namespace, State, Stores};
 
+/// How a run's tasks idle.
+#[derive(Clone, Copy)]
+pub struct Idle {
+    /// `poll.idle.max.ms` and `monitor.interval.ms` of every connector.
+    pub idle_ms: u64,
+    /// The worker's `[sandbox] idle_polls_per_second`.
+    pub polls_per_second: u32,
+}
+
+impl Idle {
+    /// An idle task's longest pause with `tasks` idle tasks, as the worker works it out.
+    pub fn longest_pause(&self, tasks: usize) -> Duration {
+        let budget = sluice::connect::IdlePolls::new(self.polls_per_second);
+        let _idle: Vec<_> = (0..tasks).map(|_| budget.enter()).collect();
+        budget.longest_pause(Duration::from_millis(self.idle_ms))
+    }
+}
+
 pub struct DensityRow {
     pub connectors: usize,
     pub tasks: usize,
-    /// `poll.idle.max.ms` and `monitor.interval.ms` of every connector.
-    pub idle_ms: u64,
+    pub idle: Idle,
+    /// An idle task's longest pause in this run.
+    pub longest_pause: Duration,
     pub running: usize,
     pub failed: usize,
     pub first_failure: Option<String>,
@@ -167,8 +186,10 @@ pub async fn density(
     connectors: usize,
     tasks: usize,
     settle: Duration,
-    idle_ms: u64,
+    idle: Idle,
 ) -> anyhow::Result<DensityRow> {
+    let idle_ms = idle.idle_ms;
+    let longest_pause = idle.longest_pause(connectors * tasks);
     let scratch = std::env::temp_dir().join(format!("sluice-bench-density-{}", std::process::id()));
     let files = scratch.join("connectors");
     std::fs::create_dir_all(&files)?;
@@ -184,7 +205,14 @@ pub async fn density(
     }
     let instances = connectors * (tasks + 1);
     let toml = scratch.join("sluice.toml");
-    std::fs::write(&toml, format!("[sandbox]\nmax_instances = {}\n", (instances + 64).min(16_384)))?;
+    std::fs::write(
+        &toml,
+        format!(
+            "[sandbox]\nmax_instances = {}\nidle_polls_per_second = {}\n",
+            (instances + 64).min(16_384),
+            idle.polls_per_second
+        ),
+    )?;
     let data = scratch.join("data");
     let started = Instant::now();
     let mut child = crate::SluiceChild::spawn(
@@ -221,12 +249,11 @@ pub async fn density(
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let started_in = started.elapsed();
-    // Settle: an idle task's backoff doubles from 1 ms, so it reaches `idle_ms` after about
-    // twice that. Then measure for long enough that every task and connector wakes.
-    let idle = Duration::from_millis(idle_ms);
-    tokio::time::sleep(settle.max(2 * idle)).await;
+    // Settle: an idle task's backoff doubles from 1 ms, so it reaches its longest pause
+    // after about twice that. Then measure for long enough that every task and connector wakes.
+    tokio::time::sleep(settle.max(2 * longest_pause)).await;
     let (cpu_before, at) = (cpu_seconds(pid)?, Instant::now());
-    tokio::time::sleep(settle.max(idle)).await;
+    tokio::time::sleep(settle.max(longest_pause)).await;
     let idle_cpu = (cpu_seconds(pid)? - cpu_before) / at.elapsed().as_secs_f64();
     let (resident, proportional) = memory_bytes(pid)?;
     let stopping = Instant::now();
@@ -237,7 +264,8 @@ pub async fn density(
     Ok(DensityRow {
         connectors,
         tasks,
-        idle_ms,
+        idle,
+        longest_pause,
         running,
         failed,
         first_failure,
@@ -258,13 +286,18 @@ pub fn print_density_table(rows: &[DensityRow]) {
         first.connectors * (first.tasks + 1)
     );
     println!(
-        "| poll.idle.max.ms = monitor.interval.ms | tasks running | tasks failed | all started in | resident memory (VmRSS) | proportional (Pss) | idle CPU (of one core) | SIGTERM to exit |"
+        "| poll.idle.max.ms = monitor.interval.ms | idle_polls_per_second | a task's longest idle pause | tasks running | tasks failed | all started in | resident memory (VmRSS) | proportional (Pss) | idle CPU (of one core) | SIGTERM to exit |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for row in rows {
+        let budget = match row.idle.polls_per_second {
+            0 => "0 (none)".to_string(),
+            n => n.to_string(),
+        };
         println!(
-            "| {} | {} | {} | {:.1} s | {:.0} MiB | {:.0} MiB | {:.1} % | {:.1} s |",
-            row.idle_ms,
+            "| {} | {budget} | {:.0} ms | {} | {} | {:.1} s | {:.0} MiB | {:.0} MiB | {:.1} % | {:.1} s |",
+            row.idle.idle_ms,
+            row.longest_pause.as_millis(),
             row.running,
             row.failed,
             row.started_in.as_secs_f64(),
@@ -276,7 +309,7 @@ pub fn print_density_table(rows: &[DensityRow]) {
     }
     for row in rows {
         if let Some(trace) = &row.first_failure {
-            println!("first failure ({} ms): {trace}", row.idle_ms);
+            println!("first failure ({} ms): {trace}", row.idle.idle_ms);
         }
     }
 }

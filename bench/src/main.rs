@@ -129,6 +129,11 @@ enum Bench {
         /// Each is settled for at least twice its value and measured for at least its value.
         #[arg(long, value_delimiter = ',', default_value = "1000,5000,30000")]
         idle_ms: Vec<u64>,
+        /// Runs each `--idle-ms` once per value, comma-separated: the worker's `[sandbox]
+        /// idle_polls_per_second` (its default, 1000, then 0: no budget); a budget that
+        /// would not lengthen any pause of a run is skipped.
+        #[arg(long, value_delimiter = ',', default_value = "1000,0")]
+        idle_polls: Vec<u32>,
     },
     /// `sluice run` of one file-pulse connector, with every shipped plugin in the folder:
     /// time to its first record, from a cold and from a warm compile cache.
@@ -316,10 +321,16 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
             }
             directory::print_directory_table(&rows);
         }
-        Bench::Density { plugins, connectors, tasks, settle, idle_ms } => {
+        Bench::Density { plugins, connectors, tasks, settle, idle_ms, idle_polls } => {
             let (settle, mut rows) = (Duration::from_secs(settle), Vec::new());
             for &idle_ms in &idle_ms {
-                rows.push(density::density(&plugins.plugin_path, connectors, tasks, settle, idle_ms).await?);
+                for &budget in &idle_polls {
+                    let idle = density::Idle { idle_ms, polls_per_second: budget };
+                    if budget != 0 && idle.longest_pause(connectors * tasks) == Duration::from_millis(idle_ms) {
+                        continue;
+                    }
+                    rows.push(density::density(&plugins.plugin_path, connectors, tasks, settle, idle).await?);
+                }
             }
             density::print_density_table(&rows);
             if let Some(&idle_ms) = idle_ms.first() {

@@ -80,14 +80,34 @@ fn kafka_prints_the_bare_producer_and_sluice_on_the_mock_cluster() {
 
 #[test]
 fn density_starts_every_task_and_prints_memory_and_cpu() {
-    let table =
-        table(bench(&["density", "--connectors", "20", "--tasks", "2", "--settle", "1", "--idle-ms", "1000,2000"]));
-    for idle_ms in ["1000", "2000"] {
-        let row = table.lines().find(|l| l.starts_with(&format!("| {idle_ms} |"))).expect("a row per idle interval");
+    let table = table(bench(&[
+        "density",
+        "--connectors",
+        "20",
+        "--tasks",
+        "2",
+        "--settle",
+        "1",
+        "--idle-ms",
+        "1000,2000",
+        "--idle-polls",
+        "20,0",
+    ]));
+    // 40 idle tasks on a budget of 20 empty polls a second pause 2 s; a 2 s pause is not
+    // lengthened by it, so that run is skipped.
+    for (idle_ms, budget, pause) in
+        [("1000", "20", "2000 ms"), ("1000", "0 (none)", "1000 ms"), ("2000", "0 (none)", "2000 ms")]
+    {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {idle_ms} | {budget} |")))
+            .unwrap_or_else(|| panic!("no row for {idle_ms} ms, budget {budget}: {table}"));
         let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
-        assert_eq!(cells[1..3], ["40", "0"], "every task running, none failed: {table}");
-        assert!(cells[4].ends_with(" MiB") && cells[6].ends_with(" %"), "{table}");
+        assert_eq!(cells[2], pause, "{table}");
+        assert_eq!(cells[3..5], ["40", "0"], "every task running, none failed: {table}");
+        assert!(cells[6].ends_with(" MiB") && cells[8].ends_with(" %"), "{table}");
     }
+    assert!(!table.contains("| 2000 | 20 |"), "{table}");
     // The floor beside it: timers alone and empty calls alone, each a figure.
     for part in
         ["| tokio tasks that only sleep 1000 ms in a loop |", "| an empty poll of a cold idle counter instance |"]

@@ -11,6 +11,7 @@
 //! [sandbox]
 //! fuel_metering = true                              # CPU accounting; costs ~10% throughput
 //! max_instances = 2048                              # sandboxes at once (connectors + tasks)
+//! idle_polls_per_second = 1000                      # empty polls of idle tasks, all together (0: no limit)
 //!
 //! [storage]
 //! kind = "sqlite"                                   # the embedded default, or "kafka" (needs [kafka])
@@ -99,12 +100,29 @@ pub struct WorkerSandbox {
     /// stays well inside a process's 128 TiB; 16,384 is the most this allows.
     #[serde(default = "default_max_instances")]
     pub max_instances: u32,
+    /// How often, all together, the tasks that find nothing are polled (0: no budget):
+    /// past this many idle tasks their pause between empty polls stretches beyond
+    /// `poll.idle.max.ms`, so idle tasks cost the worker the same however many there are.
+    #[serde(default = "default_idle_polls_per_second")]
+    pub idle_polls_per_second: u32,
 }
 
 impl Default for WorkerSandbox {
     fn default() -> Self {
-        WorkerSandbox { fuel_metering: false, max_instances: default_max_instances() }
+        WorkerSandbox {
+            fuel_metering: false,
+            max_instances: default_max_instances(),
+            idle_polls_per_second: DEFAULT_IDLE_POLLS_PER_SECOND,
+        }
     }
+}
+
+/// The default of `[sandbox] idle_polls_per_second`: a thousand idle tasks keep a 1 s
+/// `poll.idle.max.ms`; ten thousand are polled every 10 s.
+pub const DEFAULT_IDLE_POLLS_PER_SECOND: u32 = 1000;
+
+fn default_idle_polls_per_second() -> u32 {
+    DEFAULT_IDLE_POLLS_PER_SECOND
 }
 
 /// The default of `[sandbox] max_instances`.

@@ -18,7 +18,7 @@ use super::admission::{self, Admitted, Running};
 use super::connector::{ConnectorRun, Control, Tasks};
 use super::limits::TenantRates;
 use super::metrics::{ConnectorMetrics, MetricsSnapshot};
-use super::services::Services;
+use super::services::{IdlePolls, Services};
 use super::status::StatusBoard;
 use crate::config::{ConfigError, ConnectorConfig, DEFAULT_TENANT, WorkerConfig, keys::NAME};
 use crate::destinations;
@@ -105,8 +105,18 @@ impl Herder {
         let worker_id = format!("{}:{}", hostname(), std::process::id());
         let board = Arc::new(StatusBoard::new(worker_id, stores.statuses().clone()));
         let rates = Arc::new(TenantRates::new(&worker));
+        let idle_polls = Arc::new(IdlePolls::new(worker.sandbox.idle_polls_per_second));
         let exit = Arc::default();
-        Ok(Herder::new(Services { exit, runtime, registry, stores, board, worker: Arc::new(worker), rates }))
+        Ok(Herder::new(Services {
+            exit,
+            runtime,
+            registry,
+            stores,
+            board,
+            worker: Arc::new(worker),
+            rates,
+            idle_polls,
+        }))
     }
 
     pub fn new(services: Services) -> Herder {

@@ -20,5 +20,5 @@ mod task_runner;
 
 pub use admission::Admitted;
 pub use herder::{Herder, HerderError};
-pub use services::Services;
+pub use services::{IdlePolls, Services};
 pub use status::StatusBoard;

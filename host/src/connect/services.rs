@@ -1,7 +1,7 @@
 //! What every connector and task of a worker shares, built once by [`super::Herder`].
 
 use std::sync::Arc;
-
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
@@ -21,6 +21,7 @@ pub struct Services {
     pub board: Arc<StatusBoard>,
     pub worker: Arc<WorkerConfig>,
     pub rates: Arc<TenantRates>,
+    pub idle_polls: Arc<IdlePolls>,
 }
 
 impl Services {
@@ -33,6 +34,48 @@ impl Services {
         reconfigure: Option<Arc<Notify>>,
     ) -> InstanceContext {
         InstanceContext { namespace: namespace.clone(), task, offsets: self.stores.offsets().clone(), reconfigure }
+    }
+}
+
+/// The worker's budget of idle polls (`[sandbox] idle_polls_per_second`): the tasks that
+/// find nothing are polled at most this often a second together. Up to that many idle
+/// tasks each keep their own `poll.idle.max.ms`; past it their longest pause stretches in
+/// proportion (10,000 idle tasks at 1,000 a second: 10 s), so an idle worker's cost stays
+/// flat however many tasks it holds. A busy task is never slowed: only empty polls back off.
+pub struct IdlePolls {
+    idle_tasks: Arc<AtomicUsize>,
+    per_second: u32,
+}
+
+impl IdlePolls {
+    /// `per_second` 0: no budget, every idle task pauses at most its `poll.idle.max.ms`.
+    pub fn new(per_second: u32) -> IdlePolls {
+        IdlePolls { idle_tasks: Arc::default(), per_second }
+    }
+
+    /// Counts the caller as idle until the returned guard is dropped.
+    pub fn enter(&self) -> IdleTask {
+        self.idle_tasks.fetch_add(1, Ordering::Relaxed);
+        IdleTask(self.idle_tasks.clone())
+    }
+
+    /// The longest pause of an idle task whose connector set `configured`: that, or longer
+    /// while more tasks are idle than the budget polls in that time.
+    pub fn longest_pause(&self, configured: Duration) -> Duration {
+        if self.per_second == 0 {
+            return configured;
+        }
+        let idle = self.idle_tasks.load(Ordering::Relaxed) as u64;
+        configured.max(Duration::from_micros(idle.saturating_mul(1_000_000) / u64::from(self.per_second)))
+    }
+}
+
+/// One task counted as idle by [`IdlePolls`], while it lives.
+pub struct IdleTask(Arc<AtomicUsize>);
+
+impl Drop for IdleTask {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -123,6 +166,24 @@ fn on_grid(anchor: Instant, now: Instant, pause: Duration) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_tasks_past_the_budget_stretch_the_longest_pause_and_stop_counting_when_they_go() {
+        let second = Duration::from_secs(1);
+        let budget = IdlePolls::new(1000);
+        let few: Vec<IdleTask> = (0..1000).map(|_| budget.enter()).collect();
+        assert_eq!(budget.longest_pause(second), second);
+        let many: Vec<IdleTask> = (0..9000).map(|_| budget.enter()).collect();
+        assert_eq!(budget.longest_pause(second), Duration::from_secs(10));
+        // A connector's own longer pause is kept.
+        assert_eq!(budget.longest_pause(Duration::from_secs(30)), Duration::from_secs(30));
+        drop(many);
+        assert_eq!(budget.longest_pause(second), second);
+        drop(few);
+        let unlimited = IdlePolls::new(0);
+        let _all: Vec<IdleTask> = (0..100_000).map(|_| unlimited.enter()).collect();
+        assert_eq!(unlimited.longest_pause(second), second);
+    }
 
     #[test]
     fn long_pauses_end_on_the_shared_grid_never_early_and_short_ones_exactly() {

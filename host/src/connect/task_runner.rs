@@ -142,6 +142,8 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     let recycle_at = recycle_threshold(&spec.settings.sandbox, instance.largest_memory(), connector, spec.task);
 
     let mut idle = Duration::ZERO;
+    // Counted among the worker's idle tasks from the first empty poll to the next records.
+    let mut idling = None;
     // Whether batches were delivered since the destination last settled them.
     let mut unsettled = false;
     let mut last_commit = Instant::now();
@@ -168,6 +170,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 return outcome;
             }
             board.set_task(&spec.namespace, spec.task, State::Paused, None, id);
+            idling = None;
             tokio::select! {
                 _ = paused.wait_for(|paused| !*paused) => {}
                 _ = stopped(stop) => break,
@@ -231,7 +234,10 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 // `poll.idle.max.ms` (1 s by default, as Kafka Connect's file source waits): the
                 // pause ends at once on a stop, a pause or a reconfiguration request of the
                 // connector, so only a source that really has nothing waits this long.
-                idle = (idle * 2).clamp(Duration::from_millis(1), spec.settings.poll_idle_max);
+                // Past the worker's budget of idle polls, longer (`IdlePolls`).
+                idling.get_or_insert_with(|| services.idle_polls.enter());
+                let longest = services.idle_polls.longest_pause(spec.settings.poll_idle_max);
+                idle = (idle * 2).clamp(Duration::from_millis(1), longest);
                 tokio::select! {
                     _ = tokio::time::sleep_until(wake_after(idle).into()) => {}
                     _ = stop.changed() => {}
@@ -241,6 +247,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             }
             Some(CheckedBatch { records, offsets, refused }) => {
                 idle = Duration::ZERO;
+                idling = None;
                 if refused > 0 {
                     board.add_refused(&spec.namespace, spec.task, refused);
                 }
