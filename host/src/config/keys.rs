@@ -125,7 +125,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: POLL_IDLE_MAX_MS,
         type_: KeyType::Long,
         default: KeyDefault::Value("1000"),
-        documentation: "longest pause between polls that returned nothing (it doubles from 1 ms); the pause ends at once on a reconfiguration request, a pause or a stop. Raise it for many idle tasks, at the cost of how soon a task sees data that arrives without a reconfiguration (an append to a file it tails)",
+        documentation: "longest pause between polls that returned nothing (it doubles from 1 ms); the pause ends at once on a reconfiguration request, a pause or a stop. Raise it for many idle tasks, at the cost of how soon a task sees data that arrives without a reconfiguration (an append to a file it tails). A worker with more idle tasks than its `[sandbox] idle_polls_per_second` (1000) stretches the pause past this in proportion",
     },
     HostKey {
         name: OFFSET_FLUSH_INTERVAL_MS,
