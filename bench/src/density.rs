@@ -22,9 +22,8 @@ pub struct Idle {
 impl Idle {
     /// An idle task's longest pause with `tasks` idle tasks, as the worker works it out.
     pub fn longest_pause(&self, tasks: usize) -> Duration {
-        let budget = sluice::connect::IdlePolls::new(self.polls_per_second);
-        let _idle: Vec<_> = (0..tasks).map(|_| budget.enter()).collect();
-        budget.longest_pause(Duration::from_millis(self.idle_ms))
+        sluice::connect::IdlePolls::new(self.polls_per_second)
+            .longest_pause_among(tasks, Duration::from_millis(self.idle_ms))
     }
 }
 

@@ -62,11 +62,16 @@ impl IdlePolls {
     /// The longest pause of an idle task whose connector set `configured`: that, or longer
     /// while more tasks are idle than the budget polls in that time.
     pub fn longest_pause(&self, configured: Duration) -> Duration {
+        self.longest_pause_among(self.idle_tasks.load(Ordering::Relaxed), configured)
+    }
+
+    /// [`Self::longest_pause`] with `idle_tasks` idle tasks.
+    pub fn longest_pause_among(&self, idle_tasks: usize, configured: Duration) -> Duration {
         if self.per_second == 0 {
             return configured;
         }
-        let idle = self.idle_tasks.load(Ordering::Relaxed) as u64;
-        configured.max(Duration::from_micros(idle.saturating_mul(1_000_000) / u64::from(self.per_second)))
+        let budgeted = (idle_tasks as u64).saturating_mul(1_000_000) / u64::from(self.per_second);
+        configured.max(Duration::from_micros(budgeted))
     }
 }
 
