@@ -166,7 +166,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 }
             }
             // Everything delivered is committed: tell the task, and wait to be resumed.
-            if let Some(outcome) = commit(&mut instance, &destination, spec, id, None).await {
+            if let Some(outcome) = commit(&mut instance, &destination, spec, id, None, true).await {
                 return outcome;
             }
             board.set_task(&spec.namespace, spec.task, State::Paused, None, id);
@@ -224,11 +224,8 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                     // Nothing new to send: the destination settles what it holds (an open
                     // exactly-once transaction commits) rather than waiting for the next batch.
                     unsettled = false;
-                    let (flushing, namespace) = (destination.clone(), spec.namespace.clone());
-                    match tokio::task::spawn_blocking(move || flushing.flush(&namespace)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => return failed(format!("destination failed: {e:#}"), id),
-                        Err(e) => return failed(format!("destination failed: {e}"), id),
+                    if let Err(outcome) = settle_destination(&destination, spec, id, None).await {
+                        return outcome;
                     }
                 }
                 // `poll.idle.max.ms` (1 s by default, as Kafka Connect's file source waits): the
@@ -308,7 +305,10 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 }
             }
             last_commit = Instant::now();
-            if let Some(outcome) = commit(&mut instance, &destination, spec, id, None).await {
+            // Nothing delivered since the destination last settled: nothing for it to do,
+            // and an idle task's periodic commit costs no trip to a blocking thread.
+            let settle = std::mem::take(&mut unsettled);
+            if let Some(outcome) = commit(&mut instance, &destination, spec, id, None, settle).await {
                 return outcome;
             }
         }
@@ -502,7 +502,7 @@ async fn stop_instance(
     deadline: Instant,
 ) -> Outcome {
     instance.stop_by(deadline);
-    if let Some(outcome) = commit(instance, destination, spec, id, Some(deadline)).await {
+    if let Some(outcome) = commit(instance, destination, spec, id, Some(deadline), true).await {
         return outcome;
     }
     if let Err(e) = instance.task_stop().await {
@@ -530,33 +530,23 @@ fn recycle_threshold(sandbox: &SandboxSettings, at_start: u64, connector: &str, 
     Some(threshold)
 }
 
-/// Makes what was delivered durable (an open transaction commits), then calls the task's
-/// `commit()`.
+/// Makes what was delivered durable (an open transaction commits) when `settle` says
+/// there is any, then calls the task's `commit()`.
 async fn commit(
     instance: &mut PluginInstance,
     destination: &Arc<dyn Destination>,
     spec: &TaskSpec,
     id: u64,
     deadline: Option<Instant>,
+    settle: bool,
 ) -> Option<Outcome> {
-    let (flushing, namespace) = (destination.clone(), spec.namespace.clone());
-    let flush = tokio::task::spawn_blocking(move || flushing.flush(&namespace));
-    let flushed = match deadline {
-        Some(deadline) => match tokio::time::timeout_at(deadline.into(), flush).await {
-            Ok(flushed) => flushed,
-            Err(_) => {
-                // Stopping, and the destination is away: what it holds is not committed
-                // (sent again after a restart), and the task is not told it was.
-                tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "the destination did not settle by the stop deadline; its last batches are sent again after a restart");
-                return None;
-            }
-        },
-        None => flush.await,
-    };
-    match flushed {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Some(Outcome::Failed { trace: format!("destination failed: {e:#}"), instance: id }),
-        Err(e) => return Some(Outcome::Failed { trace: format!("destination failed: {e}"), instance: id }),
+    if settle {
+        match settle_destination(destination, spec, id, deadline).await {
+            Ok(true) => {}
+            // Not settled by the stop deadline: the task is not told it was.
+            Ok(false) => return None,
+            Err(outcome) => return Some(outcome),
+        }
     }
     match instance.commit().await {
         Err(e) => Some(Outcome::Failed { trace: e.to_string(), instance: id }),
@@ -566,5 +556,34 @@ async fn commit(
         }
         Ok(Err(e)) => Some(Outcome::Failed { trace: describe_connector_error(&e), instance: id }),
         Ok(Ok(())) => None,
+    }
+}
+
+/// Has the destination make durable everything delivered so far (`flush`): whether it
+/// did by the deadline, or how the task instance ends.
+async fn settle_destination(
+    destination: &Arc<dyn Destination>,
+    spec: &TaskSpec,
+    id: u64,
+    deadline: Option<Instant>,
+) -> Result<bool, Outcome> {
+    let (flushing, namespace) = (destination.clone(), spec.namespace.clone());
+    let flush = tokio::task::spawn_blocking(move || flushing.flush(&namespace));
+    let flushed = match deadline {
+        Some(deadline) => match tokio::time::timeout_at(deadline.into(), flush).await {
+            Ok(flushed) => flushed,
+            Err(_) => {
+                // Stopping, and the destination is away: what it holds is not committed
+                // (sent again after a restart), and the task is not told it was.
+                tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "the destination did not settle by the stop deadline; its last batches are sent again after a restart");
+                return Ok(false);
+            }
+        },
+        None => flush.await,
+    };
+    match flushed {
+        Ok(Ok(())) => Ok(true),
+        Ok(Err(e)) => Err(Outcome::Failed { trace: format!("destination failed: {e:#}"), instance: id }),
+        Err(e) => Err(Outcome::Failed { trace: format!("destination failed: {e}"), instance: id }),
     }
 }

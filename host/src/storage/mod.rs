@@ -37,6 +37,12 @@ impl Namespace {
 pub trait OffsetStore: Send + Sync {
     /// The committed offset of each partition, in the order asked.
     fn offsets(&self, ns: &Namespace, partitions: &[String]) -> anyhow::Result<Vec<Option<String>>>;
+    /// [`OffsetStore::offsets`] when the store can answer without waiting on anyone (from
+    /// memory, or a read nobody else holds up), else `None`: the caller then asks on a
+    /// blocking thread. Lets a connector's frequent small lookup skip the thread handoff.
+    fn offsets_at_once(&self, _ns: &Namespace, _partitions: &[String]) -> Option<anyhow::Result<Vec<Option<String>>>> {
+        None
+    }
     /// Commits offsets atomically (all or none).
     fn commit_offsets(&self, ns: &Namespace, offsets: &[(String, String)]) -> anyhow::Result<()>;
     /// Every committed (partition, offset) of a connector, ordered by partition.
