@@ -479,8 +479,7 @@ impl HostState {
         let (store, ns, cap) = (self.context.offsets.clone(), self.context.namespace.clone(), self.memory_cap);
         let asked = partitions.len();
         if asked <= AT_ONCE_MOST && self.context.task.is_none() {
-            let canonical = canonical_partitions(&partitions);
-            let valid: Vec<String> = canonical.iter().flatten().cloned().collect();
+            let (canonical, valid) = canonical_partitions(&partitions);
             if let Some(found) = store.offsets_at_once(&ns, &valid) {
                 let mut answer = LookupAnswer::new(asked, cap);
                 answer.add(partitions, canonical, found.map_err(unreadable_offsets)?)?;
@@ -497,8 +496,7 @@ impl HostState {
                     return Err(wasmtime::Error::msg("offsets: the call's deadline passed during the lookup"));
                 }
                 let chunk: Vec<String> = partitions.by_ref().take(LOOKUP_CHUNK).collect();
-                let canonical = canonical_partitions(&chunk);
-                let valid: Vec<String> = canonical.iter().flatten().cloned().collect();
+                let (canonical, valid) = canonical_partitions(&chunk);
                 answer.add(chunk, canonical, store.offsets(&ns, &valid).map_err(unreadable_offsets)?)?;
             }
             Ok(answer.entries)
@@ -510,9 +508,11 @@ impl HostState {
 }
 
 /// Each partition as the offset store keys it, `None` for one that is not a flat JSON
-/// object (it has no committed offset).
-fn canonical_partitions(partitions: &[String]) -> Vec<Option<String>> {
-    partitions.iter().map(|p| canonical_object(p).ok()).collect()
+/// object (it has no committed offset); and those keys alone, to ask the store for.
+fn canonical_partitions(partitions: &[String]) -> (Vec<Option<String>>, Vec<String>) {
+    let canonical: Vec<Option<String>> = partitions.iter().map(|p| canonical_object(p).ok()).collect();
+    let valid = canonical.iter().flatten().cloned().collect();
+    (canonical, valid)
 }
 
 fn unreadable_offsets(e: anyhow::Error) -> wasmtime::Error {
