@@ -60,6 +60,11 @@ impl SqliteStore {
     pub(super) fn open(path: &Path) -> anyhow::Result<Self> {
         let mut conn = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        // 16 KiB pages (a new database only; an existing one keeps its own): the local
+        // log's appends fill a fresh page every ~100 rows instead of every ~27, and the
+        // WAL is checkpointed every 16 MiB instead of every 4 MiB. `sluice-bench files`,
+        // alternating runs, `log alone` against native SQLite: 1.20-1.61 -> 1.06-1.15.
+        conn.pragma_update(None, "page_size", 16384)?;
         use_wal(&conn).with_context(|| format!("cannot open {}", path.display()))?;
         let reader = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         reader.busy_timeout(BUSY_TIMEOUT)?;
