@@ -16,6 +16,9 @@ struct Row {
     goal: String,
 }
 
+/// Rounds of the file-pulse rows (each streams the file through every path once).
+const FILES_ROUNDS: u32 = 3;
+
 pub async fn record_path(plugin_dir: &Path, mib: u64, records: u64) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for size in [1024, 16 << 10] {
@@ -29,7 +32,19 @@ pub async fn record_path(plugin_dir: &Path, mib: u64, records: u64) -> anyhow::R
             goal: "≥ 0.8".into(),
         });
     }
-    let measured = files::files(plugin_dir, mib).await?;
+    // Alternating rounds, each path's best kept, as `poll` does: a single round compares
+    // paths measured seconds apart, and these machines' speed moves within a minute (one
+    // sitting measured 0.37-0.64 of native for stdout in three single rounds).
+    let mut measured: Vec<files::FilesRow> = Vec::new();
+    for _ in 0..FILES_ROUNDS {
+        for row in files::files(plugin_dir, mib).await? {
+            match measured.iter_mut().find(|best| best.path == row.path) {
+                Some(best) if best.elapsed <= row.elapsed => {}
+                Some(best) => *best = row,
+                None => measured.push(row),
+            }
+        }
+    }
     for (path, label, goal) in
         [("stdout", "file-pulse → stdout (JSON lines)", "≥ 0.7"), ("local", "file-pulse → local (SQLite)", "≥ 0.8")]
     {
@@ -63,7 +78,9 @@ pub async fn record_path(plugin_dir: &Path, mib: u64, records: u64) -> anyhow::R
             });
         }
     }
-    println!("the record path: Sluice beside the same work natively, one run ({mib} MiB file of 100-byte lines)");
+    println!(
+        "the record path: Sluice beside the same work natively, one run ({mib} MiB file of 100-byte lines; each path's best of {FILES_ROUNDS} alternating rounds, 3 for poll)"
+    );
     println!("| path | Sluice | the same work natively | ratio | goal |");
     println!("|---|---|---|---|---|");
     for row in rows {
