@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice::config::DEFAULT_TENANT;
+use sluice::storage::Namespace;
 
 use crate::{connector_file, run, sluice, wait_until};
 
@@ -415,4 +416,99 @@ fn plugins_the_connectors_do_not_use_are_never_waited_for() {
     assert!(text.contains("counter.wasm"), "the counter was loaded: {text}");
     // Neither was even looked at: nothing could wait on them.
     assert!(!text.contains("slow-config-def") && !text.contains("garbage"), "{text}");
+}
+
+/// The values of the JSON lines `sluice run` wrote for `topic` to a stdout file so far.
+fn stdout_values(file: &Path, topic: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["topic"] == topic)
+        .map(|line| line["value"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// `stdout` checks each batch beside the plugin's next poll rather than after it
+/// (`Destination::checks_beside_delivery`): a record the checks refuse still fails the task
+/// with the record named, and nothing of its batch or of any batch after it is written.
+#[test]
+fn stdout_a_refused_record_fails_the_task_and_nothing_of_its_batch_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let test_plugins = Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins");
+    std::fs::copy(test_plugins.join("testkit.wasm"), plugins.join("testkit.wasm")).unwrap();
+    // Full batches of three (the rate allows 100 a millisecond): 0-2 and 3-5 are written,
+    // 6-8 holds the oversized record 7.
+    let file = connector_file(
+        dir.path(),
+        "strict.json",
+        r#"{"name": "strict", "config": {"connector.class": "testkit", "topic": "t", "destination": "stdout",
+            "record.count": "30", "batch.size": "3", "records.per.second": "100000", "poll.oversize.at": "7"}}"#,
+    );
+    let (data, out) = (dir.path().join("data"), dir.path().join("stdout.jsonl"));
+    let mut child = sluice()
+        .arg("run")
+        .arg("--plugin-path")
+        .arg(&plugins)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg(&file)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let trace = wait_until("the task's FAILED status in the store", || {
+        let statuses = crate::stores(&data).ok()?.statuses().statuses(DEFAULT_TENANT).ok()?;
+        statuses.first()?.tasks.first()?.trace.clone()
+    });
+    // A task is FAILED once its loop has ended: every delivery it started has settled, so
+    // nothing more of it is written.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(trace.contains("record 1 of 2.0 MiB exceeds sandbox.record.max.bytes"), "{trace}");
+    let expected: Vec<String> = (0..6).map(|n| format!("0-{n}")).collect();
+    assert_eq!(stdout_values(&out, "t"), expected);
+}
+
+/// The same under `errors.tolerance=all`: the refused record goes to the dead-letter topic
+/// and every other record is written once, in order.
+#[test]
+fn stdout_a_refused_record_goes_to_the_dead_letter_topic_and_the_rest_are_written_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let test_plugins = Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins");
+    std::fs::copy(test_plugins.join("testkit.wasm"), plugins.join("testkit.wasm")).unwrap();
+    let file = connector_file(
+        dir.path(),
+        "tolerant.json",
+        r#"{"name": "tolerant", "config": {"connector.class": "testkit", "topic": "t", "destination": "stdout",
+            "record.count": "30", "batch.size": "3", "records.per.second": "100000", "poll.oversize.at": "7",
+            "errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq"}}"#,
+    );
+    let (data, out) = (dir.path().join("data"), dir.path().join("stdout.jsonl"));
+    let mut child = sluice()
+        .arg("run")
+        .arg("--plugin-path")
+        .arg(&plugins)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg(&file)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The last record's offset is committed after its line is written.
+    wait_until("the last record's offset committed", || {
+        let offsets =
+            crate::stores(&data).ok()?.offsets().all_offsets(&Namespace::new(DEFAULT_TENANT, "tolerant")).ok()?;
+        offsets.iter().any(|(_, offset)| offset.contains("\"seq\":29")).then_some(())
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let expected: Vec<String> = (0..30).filter(|&n| n != 7).map(|n| format!("0-{n}")).collect();
+    assert_eq!(stdout_values(&out, "t"), expected);
+    let dead = stdout_values(&out, "dlq");
+    assert!(dead.len() == 1 && dead[0].starts_with("0-7"), "dead letters: {}", dead.len());
 }

@@ -129,6 +129,9 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             Err(e) => return failed(format!("destination: {e}"), id),
         }
     };
+    // Where a polled batch is checked: on this thread as soon as the guest's poll returns
+    // (beside the delivery of the batch before it), or with its own delivery.
+    let check_here = !destination.checks_beside_delivery();
     if restarting {
         board.set_task(&spec.namespace, spec.task, State::Restarting, None, id);
     }
@@ -186,7 +189,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 let poll_started = Instant::now();
                 let polled = instance.poll().await;
                 let poll_time = poll_started.elapsed();
-                (prepare_batch(polled, spec), poll_time)
+                (prepare_batch(polled, spec, check_here), poll_time)
             },
             stop,
         );
@@ -211,14 +214,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             // so nothing is lost; the instance is not called again.
             return Outcome::Stopped;
         };
-        let Prepared { polled, done, checked } = match prepared {
+        let Prepared { polled, done, batch } = match prepared {
             Ok(prepared) => prepared,
             Err(trace) => return failed(trace, id),
         };
         TaskCounters::add(&counters.polls, 1);
         TaskCounters::time(&counters.poll_nanos, poll_time);
         TaskCounters::add(&counters.polled, polled);
-        match checked {
+        match batch {
             None => {
                 if unsettled {
                     // Nothing new to send: the destination settles what it holds (an open
@@ -242,7 +245,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                     _ = wake.changed() => idle = Duration::ZERO,
                 }
             }
-            Some(CheckedBatch { records, offsets, refused }) => {
+            Some(Batch::Checked(CheckedBatch { records, offsets, refused })) => {
                 idle = Duration::ZERO;
                 idling = None;
                 if refused > 0 {
@@ -250,6 +253,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 }
                 services.rates.throttle(&spec.namespace.tenant, records.len() as u64).await;
                 in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), records, offsets)));
+            }
+            Some(Batch::Unchecked(batch)) => {
+                idle = Duration::ZERO;
+                idling = None;
+                // Counted before the checks: records refused under errors.tolerance=all
+                // count against the tenant's rate too.
+                services.rates.throttle(&spec.namespace.tenant, batch.records.len() as u64).await;
+                in_flight = Some(Box::pin(check_and_deliver(spec, destination.clone(), id, stop.clone(), batch)));
             }
         }
         if done {
@@ -329,7 +340,14 @@ struct Prepared {
     /// The task said it is done.
     done: bool,
     /// What to deliver, or `None` when the plugin had nothing (an idle poll).
-    checked: Option<CheckedBatch>,
+    batch: Option<Batch>,
+}
+
+/// What a poll returned that is to be delivered, checked on the task's thread or not yet
+/// (see [`Destination::checks_beside_delivery`]).
+enum Batch {
+    Checked(CheckedBatch),
+    Unchecked(PollBatch),
 }
 
 struct CheckedBatch {
@@ -345,6 +363,7 @@ struct CheckedBatch {
 fn prepare_batch(
     polled: Result<Result<PollBatch, ConnectorError>, CallError>,
     spec: &TaskSpec,
+    check_here: bool,
 ) -> Result<Prepared, String> {
     let connector = &spec.namespace.connector;
     let batch = match polled {
@@ -358,14 +377,53 @@ fn prepare_batch(
     };
     let (polled, done) = (batch.records.len() as u64, batch.done);
     if polled == 0 && !done {
-        return Ok(Prepared { polled, done, checked: None });
+        return Ok(Prepared { polled, done, batch: None });
     }
-    let source = Source { connector, task: spec.task };
-    let settings = &spec.settings;
+    let batch = match check_here {
+        true => Batch::Checked(check_records(batch, &spec.settings, connector, spec.task)?),
+        false => Batch::Unchecked(batch),
+    };
+    Ok(Prepared { polled, done, batch: Some(batch) })
+}
+
+/// The host's checks of one polled batch: the records to deliver and the offsets they
+/// advance, or why the task fails (a record the checks refuse, named).
+fn check_records(
+    batch: PollBatch,
+    settings: &ConnectorSettings,
+    connector: &str,
+    task: u32,
+) -> Result<CheckedBatch, String> {
+    let source = Source { connector, task };
     let (checked, refused) = check_batch(batch, &settings.sandbox, &settings.errors, now_ms(), &source)?;
     let offsets = latest_offsets(&checked);
     let records = checked.into_iter().filter_map(Polled::into_delivered).collect();
-    Ok(Prepared { polled, done, checked: Some(CheckedBatch { records, offsets, refused }) })
+    Ok(CheckedBatch { records, offsets, refused })
+}
+
+/// Checks a batch on a blocking thread, then delivers it: for a destination whose
+/// delivery is quicker than a plugin's poll, the checks then run beside the guest's next
+/// poll instead of after it. A batch the checks refuse fails the task when this delivery
+/// settles, with nothing of it delivered (the poll after it is dropped undelivered).
+async fn check_and_deliver(
+    spec: &TaskSpec,
+    destination: Arc<dyn Destination>,
+    id: u64,
+    stop: StopSignal,
+    batch: PollBatch,
+) -> Delivery {
+    let (settings, connector, task) = (spec.settings.clone(), spec.namespace.connector.clone(), spec.task);
+    let checked = tokio::task::spawn_blocking(move || check_records(batch, &settings, &connector, task)).await;
+    match checked {
+        Err(e) => Delivery::Failed(format!("the host's checks of a batch did not finish: {e}")),
+        Ok(Err(trace)) => Delivery::Failed(trace),
+        Ok(Ok(CheckedBatch { records, offsets, refused })) => {
+            if refused > 0 {
+                spec.services.board.add_refused(&spec.namespace, spec.task, refused);
+            }
+            deliver(spec, destination, id, stop, records, offsets).await
+        }
+    }
 }
 
 /// How the delivery of one batch ended.

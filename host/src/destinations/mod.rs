@@ -34,6 +34,16 @@ pub trait Destination: Send + Sync {
         Ok(())
     }
 
+    /// Whether a task checks each polled batch as part of its delivery, on a thread of its
+    /// own beside the plugin's next poll, rather than on the task's thread after the poll.
+    /// A task runs its plugin's poll and the delivery of the batch before it at once, so
+    /// the checks belong with whichever of the two is shorter: the delivery for `stdout`
+    /// (writing JSON lines is quicker than the plugin's poll of them), the poll for
+    /// `local` (an append to the log takes about as long as a poll and the checks).
+    fn checks_beside_delivery(&self) -> bool {
+        false
+    }
+
     /// Tasks `tasks` no longer exist: fence any instance of them still writing elsewhere.
     fn retire_tasks(&self, _ns: &Namespace, _tasks: std::ops::Range<u32>) -> anyhow::Result<()> {
         Ok(())
@@ -55,6 +65,10 @@ pub struct Stdout {
 }
 
 impl Destination for Stdout {
+    fn checks_beside_delivery(&self) -> bool {
+        true
+    }
+
     fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()> {
         {
             let mut out = std::io::stdout().lock();
