@@ -171,8 +171,11 @@ fn rust_template_builds_and_runs() {
             // Share the plugins' wasm build folder (its dependencies are already compiled)
             // and build offline from the crates that build downloaded.
             std::os::unix::fs::symlink(repo().join("target/wasm"), project.join("target")).unwrap();
-            std::fs::create_dir_all(project.join(".cargo")).unwrap();
-            std::fs::write(project.join(".cargo/config.toml"), "[net]\noffline = true\n").unwrap();
+            // The project's own flags (SIMD, as this repository's plugins) stay.
+            let config = project.join(".cargo/config.toml");
+            let flags = std::fs::read_to_string(&config).unwrap();
+            assert!(flags.contains("+simd128"), "{flags}");
+            std::fs::write(&config, format!("{flags}\n[net]\noffline = true\n")).unwrap();
             vec![]
         },
         ("src/lib.rs", "        let mut records = Vec::new();", "        panic!(\"boom from rust\");\n"),

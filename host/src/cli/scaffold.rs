@@ -44,6 +44,8 @@ fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
     match lang {
         Lang::Rust => &[
             ("Cargo.toml", include_str!("../../templates/rust/Cargo.toml")),
+            // The flags this repository builds its own plugins with (WebAssembly SIMD).
+            (".cargo/config.toml", include_str!("../../../.cargo/config.toml")),
             ("src/lib.rs", include_str!("../../templates/rust/src/lib.rs")),
             ("sluice-connector/Cargo.toml", include_str!("../../templates/rust/sdk.Cargo.toml")),
             ("sluice-connector/src/lib.rs", SDK_LIB),
