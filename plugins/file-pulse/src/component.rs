@@ -823,17 +823,18 @@ fn put(batch: &mut Batch, partition: &str, offset: &FileOffset, path: &str, topi
     }
     OFFSET.with_borrow_mut(|(text, writer)| {
         text.clear();
-        writer.write(offset, text);
+        let line_digits = writer.write(offset, text);
         let mut number = [0u8; 20];
+        let line_number = match line_digits {
+            Some(digits) => &text.as_bytes()[digits],
+            None => decimal(offset.line, &mut number),
+        };
         let record = batch.record(partition, text, line.map(|_| topic)).key(path.as_bytes());
         let record = match line {
             Some(line) => record.value(line),
             None => record,
         };
-        record
-            .header("file.path", path.as_bytes())
-            .header("file.line", decimal(offset.line, &mut number))
-            .timestamp(poll_clock_ms() as i64);
+        record.header("file.path", path.as_bytes()).header("file.line", line_number).timestamp(poll_clock_ms() as i64);
     });
 }
 
