@@ -252,7 +252,8 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                     board.add_refused(&spec.namespace, spec.task, refused);
                 }
                 services.rates.throttle(&spec.namespace.tenant, records.len() as u64).await;
-                in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), records, offsets)));
+                let outgoing = Outgoing::Checked { records, offsets };
+                in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), outgoing)));
             }
             Some(Batch::Unchecked(batch)) => {
                 idle = Duration::ZERO;
@@ -260,7 +261,8 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 // Counted before the checks: records refused under errors.tolerance=all
                 // count against the tenant's rate too.
                 services.rates.throttle(&spec.namespace.tenant, batch.records.len() as u64).await;
-                in_flight = Some(Box::pin(check_and_deliver(spec, destination.clone(), id, stop.clone(), batch)));
+                let outgoing = Outgoing::Unchecked(batch);
+                in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), outgoing)));
             }
         }
         if done {
@@ -401,29 +403,18 @@ fn check_records(
     Ok(CheckedBatch { records, offsets, refused })
 }
 
-/// Checks a batch on a blocking thread, then delivers it: for a destination whose
-/// delivery is quicker than a plugin's poll, the checks then run beside the guest's next
-/// poll instead of after it. A batch the checks refuse fails the task when this delivery
-/// settles, with nothing of it delivered (the poll after it is dropped undelivered).
-async fn check_and_deliver(
-    spec: &TaskSpec,
-    destination: Arc<dyn Destination>,
-    id: u64,
-    stop: StopSignal,
-    batch: PollBatch,
-) -> Delivery {
-    let (settings, connector, task) = (spec.settings.clone(), spec.namespace.connector.clone(), spec.task);
-    let checked = tokio::task::spawn_blocking(move || check_records(batch, &settings, &connector, task)).await;
-    match checked {
-        Err(e) => Delivery::Failed(format!("the host's checks of a batch did not finish: {e}")),
-        Ok(Err(trace)) => Delivery::Failed(trace),
-        Ok(Ok(CheckedBatch { records, offsets, refused })) => {
-            if refused > 0 {
-                spec.services.board.add_refused(&spec.namespace, spec.task, refused);
-            }
-            deliver(spec, destination, id, stop, records, offsets).await
-        }
-    }
+/// What a delivery sends: records checked on the task's thread with the offsets they
+/// advance, or a polled batch still to be checked. An unchecked batch is checked on the
+/// delivery's blocking thread just before it is written, in the same hand-off: for a
+/// destination whose delivery is quicker than a plugin's poll, the checks and the write
+/// then both run beside the guest's next poll. (Checked in a hand-off of their own, the
+/// write could only start once the task's thread came back from the guest's poll, which
+/// runs to its end in one poll of its future.) A batch the checks refuse fails the task
+/// when this delivery settles, with nothing of it delivered (the poll after it is dropped
+/// undelivered).
+enum Outgoing {
+    Checked { records: Vec<Record>, offsets: Vec<(String, String)> },
+    Unchecked(PollBatch),
 }
 
 /// How the delivery of one batch ended.
@@ -457,22 +448,38 @@ async fn deliver(
     destination: Arc<dyn Destination>,
     id: u64,
     mut stop: StopSignal,
-    checked: Vec<Record>,
-    offsets: Vec<(String, String)>,
+    outgoing: Outgoing,
 ) -> Delivery {
     let (board, connector) = (&spec.services.board, &spec.namespace.connector);
     let counters = spec.metrics.task(spec.task);
-    let (count, commits) = (checked.len() as u64, !offsets.is_empty());
+    let (mut count, mut commits) = (0u64, false);
     let deliver_started = Instant::now();
-    let (mut checked, mut offsets) = (checked, offsets);
+    let mut outgoing = Some(outgoing);
     let mut retries = 0u32;
     // Whether the status carries a note about this batch, cleared once delivered.
     let mut noted = false;
     let delivered = loop {
         let (destination, namespace) = (destination.clone(), spec.namespace.clone());
+        let (settings, statuses, task, sending) =
+            (spec.settings.clone(), board.clone(), spec.task, outgoing.take().expect("a batch to deliver"));
         let mut delivering = tokio::task::spawn_blocking(move || {
-            let result = destination.deliver(&namespace, &checked, &offsets);
-            (result, checked, offsets)
+            let (records, offsets) = match sending {
+                Outgoing::Checked { records, offsets } => (records, offsets),
+                Outgoing::Unchecked(batch) => {
+                    let CheckedBatch { records, offsets, refused } =
+                        check_records(batch, &settings, &namespace.connector, task)?;
+                    if refused > 0 {
+                        statuses.add_refused(&namespace, task, refused);
+                    }
+                    (records, offsets)
+                }
+            };
+            let result = destination.deliver(&namespace, &records, &offsets);
+            let sent = (records.len() as u64, !offsets.is_empty());
+            // Kept for another attempt only; otherwise dropped here rather than on the
+            // task's thread (a reference count per key, value, offset and header).
+            let retry = result.as_ref().is_err_and(RetriableDelivery::is).then_some((records, offsets));
+            Ok::<_, String>((result, retry, sent))
         });
         // A destination that keeps a batch waiting (a broker outage, before its
         // producer gives up) is said in the status while it waits.
@@ -504,7 +511,9 @@ async fn deliver(
         };
         noted |= waited > 0;
         match attempt {
-            Ok((Err(e), records, advanced)) if RetriableDelivery::is(&e) => {
+            // A record the checks refused: the task fails with it named.
+            Ok(Err(trace)) => return Delivery::Failed(trace),
+            Ok(Ok((Err(e), Some((records, advanced)), _))) => {
                 // The destination is away for now (a broker outage): keep the batch,
                 // say so in the status, and try again.
                 let delay = DELIVERY_RETRY_BACKOFF.backoff(retries);
@@ -512,14 +521,17 @@ async fn deliver(
                 let trace = format!("delivery failed ({e:#}); retrying in {delay:?} (attempt {retries})");
                 noted = true;
                 board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
-                (checked, offsets) = (records, advanced);
+                outgoing = Some(Outgoing::Checked { records, offsets: advanced });
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => continue,
                     // Nothing of the batch is committed: it is polled again on restart.
                     _ = stopped(&mut stop) => return Delivery::Done { delivered: false },
                 }
             }
-            Ok((result, _, _)) => break Ok(result),
+            Ok(Ok((result, _, sent))) => {
+                (count, commits) = sent;
+                break Ok(result);
+            }
             Err(e) => break Err(e),
         }
     };
