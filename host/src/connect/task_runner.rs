@@ -454,16 +454,15 @@ async fn deliver(
     let counters = spec.metrics.task(spec.task);
     let (mut count, mut commits) = (0u64, false);
     let deliver_started = Instant::now();
-    let mut outgoing = Some(outgoing);
+    let mut outgoing = outgoing;
     let mut retries = 0u32;
     // Whether the status carries a note about this batch, cleared once delivered.
     let mut noted = false;
     let delivered = loop {
         let (destination, namespace) = (destination.clone(), spec.namespace.clone());
-        let (settings, statuses, task, sending) =
-            (spec.settings.clone(), board.clone(), spec.task, outgoing.take().expect("a batch to deliver"));
+        let (settings, statuses, task) = (spec.settings.clone(), board.clone(), spec.task);
         let mut delivering = tokio::task::spawn_blocking(move || {
-            let (records, offsets) = match sending {
+            let (records, offsets) = match outgoing {
                 Outgoing::Checked { records, offsets } => (records, offsets),
                 Outgoing::Unchecked(batch) => {
                     let CheckedBatch { records, offsets, refused } =
@@ -521,7 +520,7 @@ async fn deliver(
                 let trace = format!("delivery failed ({e:#}); retrying in {delay:?} (attempt {retries})");
                 noted = true;
                 board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
-                outgoing = Some(Outgoing::Checked { records, offsets: advanced });
+                outgoing = Outgoing::Checked { records, offsets: advanced };
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => continue,
                     // Nothing of the batch is committed: it is polled again on restart.
