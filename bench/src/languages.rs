@@ -58,6 +58,7 @@ const LANGUAGE_PLUGINS: &[(&str, &str, KeyValues)] = &[
 pub async fn languages(
     plugin_dir: &Path,
     seconds: u64,
+    rounds: u32,
     instantiations: usize,
     only: &[String],
 ) -> anyhow::Result<Vec<LanguageRow>> {
@@ -123,21 +124,29 @@ pub async fn languages(
         };
         let mut task = start_task().await?;
         task.poll().await?.map_err(|e| anyhow::anyhow!("{e:?}"))?; // warm-up
-        let (mut records, mut value_bytes) = (0u64, 0u64);
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(seconds) {
-            // The Python and JavaScript bindings never free a returned batch's bytes: past
-            // `sandbox.memory.recycle.percent` of the cap, a new instance takes over, as a
-            // worker recycles such a task (and within the timed seconds).
-            if settings.recycle_bytes().is_some_and(|limit| task.largest_memory() >= limit) {
-                drop(task);
-                task = start_task().await?;
+        // The best of `rounds` timed runs, as the other record-path rows keep their best
+        // round: these machines lose whole milliseconds of CPU to their neighbours.
+        let (mut best_rate, mut all_records, mut value_bytes) = (0f64, 0u64, 0u64);
+        for _ in 0..rounds.max(1) {
+            let mut records = 0u64;
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(seconds) {
+                // The Python and JavaScript bindings never free a returned batch's bytes: past
+                // `sandbox.memory.recycle.percent` of the cap, a new instance takes over, as a
+                // worker recycles such a task (and within the timed seconds).
+                if settings.recycle_bytes().is_some_and(|limit| task.largest_memory() >= limit) {
+                    drop(task);
+                    task = start_task().await?;
+                }
+                let polled = task.poll().await.with_context(|| format!("{plugin} after {records} records"))?;
+                let polled = polled.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                anyhow::ensure!(!polled.records.is_empty(), "{plugin} stopped producing records");
+                records += polled.records.len() as u64;
+                value_bytes +=
+                    polled.records.iter().map(|r| r.value.map_or(0, |span| u64::from(span.len))).sum::<u64>();
             }
-            let polled = task.poll().await.with_context(|| format!("{plugin} after {records} records"))?;
-            let polled = polled.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-            anyhow::ensure!(!polled.records.is_empty(), "{plugin} stopped producing records");
-            records += polled.records.len() as u64;
-            value_bytes += polled.records.iter().map(|r| r.value.map_or(0, |span| u64::from(span.len))).sum::<u64>();
+            best_rate = best_rate.max(records as f64 / started.elapsed().as_secs_f64());
+            all_records += records;
         }
         rows.push(LanguageRow {
             plugin,
@@ -146,8 +155,8 @@ pub async fn languages(
             cold_compile: cold.compile_time,
             cached_load: warm.compile_time,
             instantiate: times[times.len() / 2],
-            records_per_second: records as f64 / started.elapsed().as_secs_f64(),
-            value_bytes: value_bytes as f64 / records.max(1) as f64,
+            records_per_second: best_rate,
+            value_bytes: value_bytes as f64 / all_records.max(1) as f64,
         });
     }
     let _ = std::fs::remove_dir_all(&scratch);

@@ -95,6 +95,9 @@ enum Bench {
         /// Seconds of polling per connector.
         #[arg(long, default_value_t = 3)]
         seconds: u64,
+        /// Timed runs of `--seconds` per connector (the best is shown).
+        #[arg(long, default_value_t = 1)]
+        rounds: u32,
         /// Instantiations timed per connector (the median is shown).
         #[arg(long, default_value_t = 20)]
         instantiations: usize,
@@ -308,8 +311,8 @@ async fn bench(which: Bench) -> anyhow::Result<()> {
             println!("{:<28} {:>12.0}", format!("beside {busy} busy plugins"), beside);
             println!("ratio beside/alone: {:.2}", beside / alone);
         }
-        Bench::Languages { plugins, seconds, instantiations, only } => {
-            let rows = languages::languages(&plugins.plugin_path, seconds, instantiations, &only).await?;
+        Bench::Languages { plugins, seconds, rounds, instantiations, only } => {
+            let rows = languages::languages(&plugins.plugin_path, seconds, rounds, instantiations, &only).await?;
             languages::print_languages_table(&rows);
         }
         Bench::Directory { plugins, files } => {

@@ -19,6 +19,9 @@ struct Row {
 /// Rounds of the file-pulse rows (each streams the file through every path once).
 const FILES_ROUNDS: u32 = 3;
 
+/// Timed runs of 3 s of each language's connector (the best is kept).
+const LANGUAGE_ROUNDS: u32 = 3;
+
 pub async fn record_path(plugin_dir: &Path, mib: u64, records: u64) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for size in [1024, 16 << 10] {
@@ -57,7 +60,7 @@ pub async fn record_path(plugin_dir: &Path, mib: u64, records: u64) -> anyhow::R
             goal: goal.into(),
         });
     }
-    let measured = languages::languages(plugin_dir, 3, 3, &[]).await?;
+    let measured = languages::languages(plugin_dir, 3, LANGUAGE_ROUNDS, 3, &[]).await?;
     // The goals are for minimal connectors (the counter's logic); the shipped examples do
     // work of their own, shown for comparison.
     let goals = [
@@ -79,14 +82,14 @@ pub async fn record_path(plugin_dir: &Path, mib: u64, records: u64) -> anyhow::R
         }
     }
     println!(
-        "the record path: Sluice beside the same work natively, one run ({mib} MiB file of 100-byte lines; each path's best of {FILES_ROUNDS} alternating rounds, 3 for poll)"
+        "the record path: Sluice beside the same work natively, one run ({mib} MiB file of 100-byte lines; each path's best of {FILES_ROUNDS} alternating rounds, 3 for poll, {LANGUAGE_ROUNDS} runs of 3 s per language)"
     );
     println!("| path | Sluice | the same work natively | ratio | goal |");
     println!("|---|---|---|---|---|");
     for row in rows {
         let amount = |value: f64| match row.unit {
             "rec/s" if value >= 1e6 => format!("{:.2} M rec/s", value / 1e6),
-            "rec/s" => format!("{:.0} k rec/s", value / 1e3),
+            "rec/s" => format!("{:.1} k rec/s", value / 1e3),
             unit => format!("{value:.1} {unit}"),
         };
         let (native, ratio) = match row.native {
