@@ -1,6 +1,6 @@
 //! End-to-end tests: the `sluice` binary as a child process (crash safety under SIGKILL
-//! for the counter, file-pulse and the Python and JavaScript connectors, CLI errors and exit codes, graceful stop, and the
-//! `sluice new connector` templates built and run).
+//! for the counter, file-pulse and the Python and JavaScript connectors, CLI errors and exit codes, graceful stop, the
+//! README's quick-start command, and the `sluice new connector` templates built and run).
 
 mod cli;
 mod console;
@@ -16,6 +16,7 @@ mod hostile_calls;
 mod kafka;
 mod languages;
 mod operator_errors;
+mod quick_start;
 mod rest;
 mod scaffold;
 
