@@ -8,7 +8,7 @@ use std::time::Duration;
 use sluice::config::DEFAULT_TENANT;
 use sluice::storage::Namespace;
 
-use crate::{connector_file, crash_rng, sluice, wait_until};
+use crate::{connector_file, crash_rng, sluice, stored_count, wait_until};
 
 const TASKS: u32 = 2;
 const PER_TASK: u64 = 5000;
@@ -21,13 +21,6 @@ fn committed(data: &std::path::Path) -> BTreeMap<String, u64> {
         .into_iter()
         .map(|(p, o)| (p, serde_json::from_str::<serde_json::Value>(&o).unwrap()["seq"].as_u64().unwrap()))
         .collect()
-}
-
-fn stored_count(data: &std::path::Path) -> u64 {
-    crate::stores(data)
-        .ok()
-        .and_then(|db| db.local().topics(DEFAULT_TENANT).ok())
-        .map_or(0, |t| t.iter().map(|(_, n)| n).sum())
 }
 
 #[test]

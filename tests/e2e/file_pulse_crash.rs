@@ -33,12 +33,7 @@ fn file_pulse_survives_sigkill_with_every_line_exactly_once() {
     );
     let mut expected: BTreeMap<String, Vec<String>> = drop_mixed(&inbox, "first", 20, 2, 60_000);
     let start = || sluice().arg("run").arg("--data-dir").arg(&data).arg(&file).spawn().unwrap();
-    let count = || {
-        crate::stores(&data)
-            .ok()
-            .and_then(|db| db.local().topics(DEFAULT_TENANT).ok())
-            .map_or(0, |t| t.iter().map(|(_, n)| *n as usize).sum())
-    };
+    let count = || crate::stored_count(&data) as usize;
     for kill in 0..KILLS {
         if kill == KILLS / 2 {
             expected.extend(drop_mixed(&inbox, "second", 10, 1, 60_000));

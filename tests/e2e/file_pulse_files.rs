@@ -50,10 +50,7 @@ impl Run {
     }
 
     fn count(&self) -> usize {
-        crate::stores(&self.data)
-            .ok()
-            .and_then(|s| s.local().topics(DEFAULT_TENANT).ok())
-            .map_or(0, |t| t.iter().map(|(_, n)| *n as usize).sum())
+        crate::stored_count(&self.data) as usize
     }
 }
 

@@ -41,6 +41,14 @@ pub fn stores(data: &Path) -> anyhow::Result<sluice::storage::Stores> {
     sluice::storage::Stores::open_existing(&Default::default(), &sluice::storage::DataDir::new(data))
 }
 
+/// Records in the local log of the default tenant of a data directory (0 before it exists).
+pub fn stored_count(data: &Path) -> u64 {
+    stores(data)
+        .ok()
+        .and_then(|db| db.local().topics(sluice::config::DEFAULT_TENANT).ok())
+        .map_or(0, |t| t.iter().map(|(_, n)| n).sum())
+}
+
 /// Writes a connector file and returns its path.
 pub fn connector_file(dir: &Path, file: &str, text: &str) -> PathBuf {
     let path = dir.join(file);

@@ -5,9 +5,7 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use sluice::config::DEFAULT_TENANT;
-
-use crate::wait_until;
+use crate::{stored_count, wait_until};
 
 /// Lines in the demo's sample inbox (`host/src/cli/demo.rs`): three files of 20,000, a
 /// gzipped one of 10,000, a CRLF file of three and an empty one.
@@ -21,13 +19,6 @@ impl Drop for Demo {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn stored(data: &Path) -> u64 {
-    crate::stores(data)
-        .ok()
-        .and_then(|stores| stores.local().topics(DEFAULT_TENANT).ok())
-        .map_or(0, |topics| topics.iter().map(|(_, records)| *records).sum())
 }
 
 #[test]
@@ -59,12 +50,12 @@ fn the_quick_start_command_streams_the_demo_inbox_and_ctrl_c_stops_it() {
         if let Ok(Some(status)) = child.0.try_wait() {
             panic!("the quick start ended on its own ({status}):\n{}", said());
         }
-        (stored(&data) >= DEMO_LINES).then_some(())
+        (stored_count(&data) >= DEMO_LINES).then_some(())
     });
     let interrupt = Command::new("kill").arg("-INT").arg(child.0.id().to_string()).status().unwrap();
     assert!(interrupt.success());
     let status = wait_until("the demo to stop after Ctrl-C", || child.0.try_wait().unwrap());
     assert_eq!(status.code(), Some(0), "Ctrl-C must stop the demo cleanly:\n{}", said());
     assert!(said().contains("streaming"), "the demo did not say what it streams:\n{}", said());
-    assert_eq!(stored(&data), DEMO_LINES, "every line of the sample inbox exactly once");
+    assert_eq!(stored_count(&data), DEMO_LINES, "every line of the sample inbox exactly once");
 }

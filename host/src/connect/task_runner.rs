@@ -448,13 +448,12 @@ async fn deliver(
     destination: Arc<dyn Destination>,
     id: u64,
     mut stop: StopSignal,
-    outgoing: Outgoing,
+    mut outgoing: Outgoing,
 ) -> Delivery {
     let (board, connector) = (&spec.services.board, &spec.namespace.connector);
     let counters = spec.metrics.task(spec.task);
     let (mut count, mut commits) = (0u64, false);
     let deliver_started = Instant::now();
-    let mut outgoing = outgoing;
     let mut retries = 0u32;
     // Whether the status carries a note about this batch, cleared once delivered.
     let mut noted = false;
