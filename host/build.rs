@@ -24,6 +24,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("slow_version", "test-plugins"),
     ("slow_config_def", "test-plugins"),
     ("counter_next", "test-plugins"),
+    ("counter_v0_2", "test-plugins"),
 ];
 
 fn main() {
@@ -93,13 +94,13 @@ fn main() {
     let mut problems = Vec::new();
     let (python_dir, javascript_dir) = (wasm_target_dir.join("python"), wasm_target_dir.join("javascript"));
     let test_plugins_dir = target_dir.join("test-plugins");
-    let (wit_0_1, wit_0_2, wit_0_3) = (root.join("wit"), root.join("wit/0.2.0"), root.join("wit/0.3.0"));
+    let (wit_0_1, wit_0_4) = (root.join("wit"), root.join("wit/0.4.0"));
     let sensor_fleet = root.join("plugins/sensor-fleet");
     let ndjson_replay = build_javascript_plugin(&root, "ndjson-replay", &javascript_dir, &plugins_dir);
     // The minimal Python and JavaScript connectors `sluice-bench record-path` measures
     // (test fixtures; the JavaScript one uses the componentize-js ndjson-replay installed).
     let counter_js = match &ndjson_replay {
-        Ok(()) => build_javascript_file(&root, "counter-js", &wit_0_3, &javascript_dir, &test_plugins_dir),
+        Ok(()) => build_javascript_file(&root, "counter-js", &wit_0_4, &javascript_dir, &test_plugins_dir),
         Err(_) => Err("the JavaScript plugin counter-js was not built: see ndjson-replay".to_string()),
     };
     let built = [
@@ -109,7 +110,7 @@ fn main() {
             "counter-py",
             build_python_plugin(
                 &root.join("tests/plugins/counter-py"),
-                &wit_0_2,
+                &wit_0_4,
                 "counter-py",
                 &python_dir,
                 &test_plugins_dir,

@@ -302,6 +302,6 @@ async fn the_minimal_python_and_javascript_counters_send_the_counters_records() 
             assert_eq!(value, &format!("{n:.<16}"), "{topic}: record {n}");
         }
     }
-    assert_eq!(host.herder.registry().get("counter-py").unwrap().pre().version(), "0.2.0");
-    assert_eq!(host.herder.registry().get("counter-js").unwrap().pre().version(), "0.3.0");
+    assert_eq!(host.herder.registry().get("counter-py").unwrap().pre().version(), "0.4.0");
+    assert_eq!(host.herder.registry().get("counter-js").unwrap().pre().version(), "0.4.0");
 }

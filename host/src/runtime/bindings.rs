@@ -1,10 +1,11 @@
 //! Rust bindings for every released version of the `sluice:connector` world, generated
 //! from `wit/` at build time: [`v0_1`] (`wit/connector.wit`), [`v0_2`]
-//! (`wit/0.2.0/connector.wit`) and [`v0_3`] (`wit/0.3.0/connector.wit`). The host serves
-//! plugins of all three; the rest of the host sees one set of types: 0.1.0's config and
-//! error types, and 0.3.0's packed [`PollBatch`], into which a 0.1.0 plugin's list of
-//! records and a 0.2.0 plugin's batch are converted ([`PollBatch::from_records`],
-//! [`PollBatch::from_v0_2`]).
+//! (`wit/0.2.0/connector.wit`), [`v0_3`] (`wit/0.3.0/connector.wit`) and [`v0_4`]
+//! (`wit/0.4.0/connector.wit`). The host serves plugins of all four; the rest of the host
+//! sees one set of types: 0.1.0's config and error types, and 0.3.0's packed
+//! [`PollBatch`], into which a 0.1.0 plugin's list of records and a 0.2.0 plugin's batch
+//! are converted ([`PollBatch::from_records`], [`PollBatch::from_v0_2`]) and a 0.4.0
+//! plugin's byte-packed batch is read (`packed_lift`).
 //!
 //! Exports are called asynchronously so that epoch interruption can yield a busy plugin
 //! and a wall-clock deadline can abandon a call blocked anywhere. The offset reader's
@@ -50,13 +51,25 @@ pub mod v0_3 {
     });
 }
 
+pub mod v0_4 {
+    wasmtime::component::bindgen!({
+        path: "../wit/0.4.0",
+        world: "source-connector",
+        imports: {
+            "sluice:connector/offset-storage-reader.offset": async | trappable,
+            "sluice:connector/offset-storage-reader.offsets": async | trappable,
+        },
+        exports: { default: async },
+    });
+}
+
 pub use self::v0_1::sluice::connector::types::{
     ConfigKey, ConfigProblem, ConfigType, ConnectorError, Header, Importance, SourceRecord,
 };
 pub use self::v0_3::sluice::connector::types::{BatchHeader, BatchRecord, PollBatch, Span};
 
 /// The versions of the world this host serves, newest first, as a plugin's exports name them.
-pub const WORLD_VERSIONS: [&str; 3] = ["0.3.0", "0.2.0", "0.1.0"];
+pub const WORLD_VERSIONS: [&str; 4] = ["0.4.0", "0.3.0", "0.2.0", "0.1.0"];
 
 impl PollBatch {
     /// A batch of nothing, not done.
@@ -173,21 +186,16 @@ fn intern(text: String, index: &mut HashMap<String, u32>, list: &mut Vec<String>
 }
 
 /// Converts a newer version's copies of the shared types (config keys and problems,
-/// errors) into the host's (0.1.0's): one module per version, `from_v0_2` and `from_v0_3`.
+/// errors) into the host's (0.1.0's): one module per version, `from_v0_2`, `from_v0_3` and
+/// `from_v0_4`. 0.3.0 and 0.4.0 batches are lifted by `packed_lift`, not converted here.
 macro_rules! from_version {
-    ($module:ident, $version:ident, $batch:expr) => {
+    ($module:ident, $version:ident) => {
         pub mod $module {
             use super::$version::sluice::connector::types as new;
-            use super::{ConfigKey, ConfigProblem, ConfigType, ConnectorError, Importance, PollBatch};
+            use super::{ConfigKey, ConfigProblem, ConfigType, ConnectorError, Importance};
 
             pub fn same<T>(value: T) -> T {
                 value
-            }
-
-            /// A `poll` result as the host's packed batch.
-            pub fn poll(result: Result<new::PollBatch, new::ConnectorError>) -> Result<PollBatch, ConnectorError> {
-                let pack: fn(new::PollBatch) -> PollBatch = $batch;
-                result.map(pack).map_err(error)
             }
 
             pub fn config_keys(keys: Vec<new::ConfigKey>) -> Vec<ConfigKey> {
@@ -239,5 +247,13 @@ macro_rules! from_version {
     };
 }
 
-from_version!(from_v0_2, v0_2, PollBatch::from_v0_2);
-from_version!(from_v0_3, v0_3, |batch| batch);
+from_version!(from_v0_2, v0_2);
+from_version!(from_v0_3, v0_3);
+from_version!(from_v0_4, v0_4);
+
+/// A 0.2.0 `poll` result as the host's packed batch.
+pub fn poll_from_v0_2(
+    result: Result<v0_2::sluice::connector::types::PollBatch, v0_2::sluice::connector::types::ConnectorError>,
+) -> Result<PollBatch, ConnectorError> {
+    result.map(PollBatch::from_v0_2).map_err(from_v0_2::error)
+}

@@ -1,8 +1,10 @@
-//! How a 0.3.0 plugin's `poll-batch` crosses into the host: [`LiftedBatch`], lifted by
-//! wasmtime like any record except for its three large lists. `data` (every record's
-//! bytes) is copied out of the guest's memory in one `memcpy`; `records` and `headers` are
-//! read from their fixed canonical-ABI layouts (72 and 16 bytes an element). Every span,
-//! index and option is still checked by the host afterwards, as before.
+//! How a 0.3.0 or 0.4.0 plugin's `poll-batch` crosses into the host: [`LiftedBatch`] and
+//! [`LiftedBatch04`], lifted by wasmtime like any record except for their three large lists.
+//! `data` (every record's bytes) is copied out of the guest's memory in one `memcpy`;
+//! 0.3.0's `records` and `headers` are read from their fixed canonical-ABI layouts (72 and
+//! 16 bytes an element), and 0.4.0's from the byte lists in the layouts its WIT documents
+//! (52 and 16 bytes). Every span, index and option is still checked by the host
+//! afterwards, as before.
 //!
 //! Why: wasmtime lifts a `list<u8>` through a per-element iterator (a 16-byte copy loop)
 //! and a list of records field by field, working out each field's place as it goes.
@@ -34,6 +36,31 @@ pub struct LiftedBatch {
 
 impl From<LiftedBatch> for PollBatch {
     fn from(batch: LiftedBatch) -> PollBatch {
+        PollBatch {
+            partitions: batch.partitions,
+            topics: batch.topics,
+            data: batch.data.0,
+            headers: batch.headers.0,
+            records: batch.records.0,
+            done: batch.done,
+        }
+    }
+}
+
+/// 0.4.0's `poll-batch`: records and headers are byte lists in fixed layouts.
+#[derive(ComponentType, Lift)]
+#[component(record)]
+pub struct LiftedBatch04 {
+    partitions: Vec<String>,
+    topics: Vec<String>,
+    data: PackedList<u8>,
+    headers: PackedBytes<BatchHeader>,
+    records: PackedBytes<BatchRecord>,
+    done: bool,
+}
+
+impl From<LiftedBatch04> for PollBatch {
+    fn from(batch: LiftedBatch04) -> PollBatch {
         PollBatch {
             partitions: batch.partitions,
             topics: batch.topics,
@@ -111,6 +138,103 @@ fn lift_list<T: Fixed>(cx: &mut LiftContext<'_>, ptr: u32, len: u32) -> Result<P
         return Err(format_err!("list pointer is not aligned"));
     }
     T::read_all(bytes).map(PackedList)
+}
+
+/// A `list<u8>` of 0.4.0 that holds elements of a fixed little-endian layout, read from
+/// the guest's memory by [`Bytes04`] without copying the bytes first.
+pub struct PackedBytes<T>(pub Vec<T>);
+
+/// An element of a 0.4.0 byte list: `SIZE` bytes, read by `read` (which names the element
+/// by its index when it is refused).
+trait Bytes04: Sized + Send + Sync + 'static {
+    const SIZE: usize;
+    const WHAT: &'static str;
+    fn read(bytes: &[u8], index: usize) -> Result<Self>;
+}
+
+unsafe impl<T: Bytes04> ComponentType for PackedBytes<T> {
+    type Lower = [ValRaw; 2];
+    const ABI: CanonicalAbiInfo = CanonicalAbiInfo::POINTER_PAIR;
+
+    fn typecheck(ty: &InterfaceType, types: &InstanceType<'_>) -> Result<()> {
+        <Vec<u8> as ComponentType>::typecheck(ty, types)
+    }
+}
+
+unsafe impl<T: Bytes04> Lift for PackedBytes<T> {
+    fn linear_lift_from_flat(cx: &mut LiftContext<'_>, _ty: InterfaceType, src: &Self::Lower) -> Result<Self> {
+        lift_bytes(cx, src[0].get_u32(), src[1].get_u32())
+    }
+
+    fn linear_lift_from_memory(cx: &mut LiftContext<'_>, _ty: InterfaceType, bytes: &[u8]) -> Result<Self> {
+        lift_bytes(cx, u32_at(bytes, 0), u32_at(bytes, 4))
+    }
+}
+
+/// The `len` bytes at `ptr` as elements of `T`, refused when out of the guest's memory, past
+/// the call's hostcall fuel (as wasmtime refuses a list), or not a whole number of elements.
+fn lift_bytes<T: Bytes04>(cx: &mut LiftContext<'_>, ptr: u32, len: u32) -> Result<PackedBytes<T>> {
+    let (ptr, len) = (ptr as usize, len as usize);
+    let bytes = cx
+        .memory()
+        .get(ptr..)
+        .and_then(|rest| rest.get(..len))
+        .ok_or_else(|| format_err!("list pointer/length out of bounds of memory"))?;
+    if len % T::SIZE != 0 {
+        return Err(format_err!(
+            "the batch's {what} are {len} bytes, not a whole number of {size}-byte {what} (sluice:connector@0.4.0)",
+            what = T::WHAT,
+            size = T::SIZE
+        ));
+    }
+    let count = len / T::SIZE;
+    cx.consume_fuel_array(count, std::mem::size_of::<T>())?;
+    let elements = bytes.chunks_exact(T::SIZE).enumerate().map(|(index, element)| T::read(element, index));
+    elements.collect::<Result<Vec<T>>>().map(PackedBytes)
+}
+
+/// Flags of a 0.4.0 record (word 0).
+const HAS_TOPIC: u32 = 1;
+const HAS_KEY: u32 = 2;
+const HAS_VALUE: u32 = 4;
+const HAS_TIMESTAMP: u32 = 8;
+
+/// 0.4.0's header: four `u32`s, the same as 0.3.0's canonical layout.
+impl Bytes04 for BatchHeader {
+    const SIZE: usize = 16;
+    const WHAT: &'static str = "headers";
+
+    fn read(bytes: &[u8], _index: usize) -> Result<BatchHeader> {
+        <BatchHeader as Fixed>::read(bytes)
+    }
+}
+
+/// 0.4.0's record: thirteen `u32`s (flags, partition, topic, offset, key, value, headers,
+/// timestamp), each option read only when its flag is set.
+impl Bytes04 for BatchRecord {
+    const SIZE: usize = 52;
+    const WHAT: &'static str = "records";
+
+    fn read(bytes: &[u8], index: usize) -> Result<BatchRecord> {
+        let word = |at: usize| u32_at(bytes, at * 4);
+        let span = |at: usize| span_at(bytes, at * 4);
+        let flags = word(0);
+        if flags & !(HAS_TOPIC | HAS_KEY | HAS_VALUE | HAS_TIMESTAMP) != 0 {
+            return Err(format_err!(
+                "record {index} of the batch has unknown flags {flags:#x} (sluice:connector@0.4.0 knows 0x1 topic, 0x2 key, 0x4 value, 0x8 timestamp)"
+            ));
+        }
+        let has = |flag: u32| flags & flag != 0;
+        Ok(BatchRecord {
+            partition: word(1),
+            topic: has(HAS_TOPIC).then(|| word(2)),
+            offset: span(3),
+            key: has(HAS_KEY).then(|| span(5)),
+            value: has(HAS_VALUE).then(|| span(7)),
+            headers: span(9),
+            timestamp: has(HAS_TIMESTAMP).then(|| i64::from_le_bytes(bytes[44..52].try_into().expect("eight bytes"))),
+        })
+    }
 }
 
 /// Where each field of a `batch-record` sits in its canonical layout (the byte of an
@@ -229,10 +353,36 @@ mod tests {
         assert_eq!(payload(RECORD.timestamp, <i64 as ComponentType>::ABI), RECORD.timestamp_value);
         assert_eq!(<Option<Span> as ComponentType>::ABI.size32, 12);
         let header = <BatchHeader as ComponentType>::ABI;
-        assert_eq!((header.size32 as usize, header.align32 as usize), (BatchHeader::SIZE, BatchHeader::ALIGN));
+        assert_eq!(
+            (header.size32 as usize, header.align32 as usize),
+            (<BatchHeader as Fixed>::SIZE, <BatchHeader as Fixed>::ALIGN)
+        );
         let mut at = 0u32;
         let span = <Span as ComponentType>::ABI;
         assert_eq!([span.next_field32(&mut at), span.next_field32(&mut at)], [0, 8], "a header's key and value");
+    }
+
+    #[test]
+    fn a_0_4_record_reads_back_from_its_words_and_unknown_flags_are_refused() {
+        let words: [u32; 11] = [HAS_KEY | HAS_TIMESTAMP, 3, 99, 10, 11, 20, 21, 30, 31, 5, 2];
+        let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        bytes.extend_from_slice(&(-7i64).to_le_bytes());
+        assert_eq!(bytes.len(), <BatchRecord as Bytes04>::SIZE);
+        let read = <BatchRecord as Bytes04>::read(&bytes, 0).unwrap();
+        assert_eq!(read.partition, 3);
+        assert_eq!(read.topic, None, "no topic flag: word 2 is not read");
+        assert_eq!((read.offset.start, read.offset.len), (10, 11));
+        assert_eq!(read.key.map(|k| (k.start, k.len)), Some((20, 21)));
+        assert!(read.value.is_none(), "no value flag");
+        assert_eq!((read.headers.start, read.headers.len), (5, 2));
+        assert_eq!(read.timestamp, Some(-7));
+        bytes[..4].copy_from_slice(&(HAS_TOPIC | HAS_VALUE).to_le_bytes());
+        let read = <BatchRecord as Bytes04>::read(&bytes, 0).unwrap();
+        assert_eq!((read.topic, read.value.map(|v| (v.start, v.len))), (Some(99), Some((30, 31))));
+        assert!(read.key.is_none() && read.timestamp.is_none());
+        bytes[..4].copy_from_slice(&0x11u32.to_le_bytes());
+        let refused = <BatchRecord as Bytes04>::read(&bytes, 7).unwrap_err().to_string();
+        assert!(refused.contains("record 7") && refused.contains("0x11"), "{refused}");
     }
 
     #[test]
@@ -249,7 +399,7 @@ mod tests {
         bytes[RECORD.key] = 1;
         bytes[RECORD.timestamp] = 1;
         bytes[RECORD.timestamp_value..][..8].copy_from_slice(&(-7i64).to_le_bytes());
-        let read = BatchRecord::read(&bytes).unwrap();
+        let read = <BatchRecord as Fixed>::read(&bytes).unwrap();
         assert_eq!(read.partition, 3);
         assert_eq!((read.offset.start, read.offset.len), (10, 11));
         assert_eq!(read.topic, None);
@@ -258,6 +408,6 @@ mod tests {
         assert_eq!((read.headers.start, read.headers.len), (5, 2));
         assert_eq!(read.timestamp, Some(-7));
         bytes[RECORD.value] = 2;
-        assert!(BatchRecord::read(&bytes).is_err());
+        assert!(<BatchRecord as Fixed>::read(&bytes).is_err());
     }
 }

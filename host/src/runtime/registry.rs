@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
-use super::bindings::{ConfigKey, ConfigType, Importance, WORLD_VERSIONS, v0_1, v0_2, v0_3};
+use super::bindings::{ConfigKey, ConfigType, Importance, WORLD_VERSIONS, v0_1, v0_2, v0_3, v0_4};
 use super::sandbox::{InstanceContext, Runtime, WorldPre};
 use crate::config::{ConfigKeyInfo, SandboxSettings};
 use crate::storage::{Namespace, OffsetStore};
@@ -348,7 +348,9 @@ fn link(runtime: &Runtime, component: &Component) -> Result<WorldPre, String> {
     let instance_pre = runtime.linker().instantiate_pre(component).map_err(|e| {
         format!("imports something Sluice does not provide (it must target sluice:connector/source-connector@{versions}): {e:#}")
     })?;
-    let linked = if targets("0.3.0") {
+    let linked = if targets("0.4.0") {
+        v0_4::SourceConnectorPre::new(instance_pre).map(WorldPre::V0_4)
+    } else if targets("0.3.0") {
         v0_3::SourceConnectorPre::new(instance_pre).map(WorldPre::V0_3)
     } else if targets("0.2.0") {
         v0_2::SourceConnectorPre::new(instance_pre).map(WorldPre::V0_2)

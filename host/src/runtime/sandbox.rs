@@ -18,8 +18,11 @@ use wasmtime::{
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::v0_1::sluice::connector::{connector_context, log, offset_storage_reader, types};
-use super::bindings::{ConfigKey, ConfigProblem, ConnectorError, PollBatch, from_v0_2, from_v0_3, v0_1, v0_2, v0_3};
-use super::packed_lift::LiftedBatch;
+use super::bindings::{
+    ConfigKey, ConfigProblem, ConnectorError, PollBatch, from_v0_2, from_v0_3, from_v0_4, poll_from_v0_2, v0_1, v0_2,
+    v0_3, v0_4,
+};
+use super::packed_lift::{LiftedBatch, LiftedBatch04};
 use super::plugin_log::{PluginLog, escape_controls, escape_controls_but};
 use crate::config::{CallTimeouts, SandboxSettings, WorkerSandbox};
 use crate::storage::json::canonical_object;
@@ -142,6 +145,7 @@ impl Runtime {
         v0_1::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         v0_2::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         v0_3::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        v0_4::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
 
         let stop_ticker = Arc::new(AtomicBool::new(false));
         let (ticker_engine, stop) = (engine.clone(), stop_ticker.clone());
@@ -242,6 +246,7 @@ impl Runtime {
                 WorldPre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
                 WorldPre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
                 WorldPre::V0_3(pre) => pre.instantiate_async(&mut store).await.map(|b| World::V0_3(b, None)),
+                WorldPre::V0_4(pre) => pre.instantiate_async(&mut store).await.map(|b| World::V0_4(b, None)),
             }
         };
         let bindings = match within(&clock, instantiating).await {
@@ -607,6 +612,7 @@ macro_rules! later_imports {
 
 later_imports!(super::bindings::v0_2::sluice::connector);
 later_imports!(super::bindings::v0_3::sluice::connector);
+later_imports!(super::bindings::v0_4::sluice::connector);
 
 impl connector_context::Host for HostState {
     fn request_task_reconfiguration(&mut self) {
@@ -751,6 +757,7 @@ pub enum WorldPre {
     V0_1(v0_1::SourceConnectorPre<HostState>),
     V0_2(v0_2::SourceConnectorPre<HostState>),
     V0_3(v0_3::SourceConnectorPre<HostState>),
+    V0_4(v0_4::SourceConnectorPre<HostState>),
 }
 
 impl WorldPre {
@@ -760,6 +767,7 @@ impl WorldPre {
             WorldPre::V0_1(_) => "0.1.0",
             WorldPre::V0_2(_) => "0.2.0",
             WorldPre::V0_3(_) => "0.3.0",
+            WorldPre::V0_4(_) => "0.4.0",
         }
     }
 }
@@ -771,9 +779,12 @@ enum World {
     /// With its `poll` typed to lift the batch's large lists quickly ([`LiftedBatch`]),
     /// once it is first called.
     V0_3(v0_3::SourceConnector, Option<PackedPoll>),
+    /// As 0.3.0, its `poll` typed to read the batch's byte lists ([`LiftedBatch04`]).
+    V0_4(v0_4::SourceConnector, Option<PackedPoll04>),
 }
 
 type PackedPoll = TypedFunc<(), (Result<LiftedBatch, v0_3::sluice::connector::types::ConnectorError>,)>;
+type PackedPoll04 = TypedFunc<(), (Result<LiftedBatch04, v0_4::sluice::connector::types::ConnectorError>,)>;
 
 /// One live instance of a plugin, for the connector or for one task.
 pub struct PluginInstance {
@@ -808,14 +819,15 @@ impl PluginInstance {
 /// [`CallClock`]): epoch interruption stops running wasm at it, and a call blocked in a
 /// host call is abandoned just after it. The export is called in the
 /// version of the world the plugin targets; `$v0_1` turns a 0.1.0 result into the host's
-/// types, and `$later` names the function of `from_v0_2` and `from_v0_3` that does it for
-/// the later versions.
+/// types, and `$later` names the function of `from_v0_2`, `from_v0_3` and `from_v0_4` that
+/// does it for the later versions.
 macro_rules! guest_call {
     ($self:ident, $name:literal, $timeout:ident, $interface:ident . $method:ident ( $($arg:expr),* ), $v0_1:expr, $later:ident) => {
         call_export!($self, $name, $timeout, |store, bindings| match bindings {
             World::V0_1(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map($v0_1),
             World::V0_2(bindings) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_2::$later),
             World::V0_3(bindings, _) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_3::$later),
+            World::V0_4(bindings, _) => bindings.$interface().$method(&mut *store $(, $arg)*).await.map(from_v0_4::$later),
         })
     };
 }
@@ -892,31 +904,57 @@ impl PluginInstance {
     }
 
     /// The next batch, whichever version the plugin targets (a 0.1.0 plugin's records are
-    /// converted, and it is never done).
+    /// converted, and it is never done; 0.3.0 and 0.4.0 batches are lifted by
+    /// `packed_lift`, through `poll` typed once on first use).
     pub async fn poll(&mut self) -> Result<Result<PollBatch, ConnectorError>, CallError> {
-        if let World::V0_3(bindings, packed) = &mut self.bindings {
-            let poll = match packed {
-                Some(poll) => *poll,
-                None => {
-                    let poll =
-                        bindings.sluice_connector_task().func_poll().func().typed(&self.store).map_err(|e| {
-                            CallError::Setup(format!("poll not called: its type is not 0.3.0's ({e:#})"))
-                        })?;
-                    *packed.insert(poll)
-                }
-            };
-            return call_export!(self, "poll", hot, |store, _bindings| {
-                poll.call_async(&mut *store, ()).await.map(|(polled,)| from_v0_3::poll(polled.map(PollBatch::from)))
-            });
+        fn typed<T: wasmtime::component::ComponentNamedList + wasmtime::component::Lift>(
+            func: wasmtime::component::Func,
+            store: &Store<HostState>,
+            version: &str,
+        ) -> Result<TypedFunc<(), T>, CallError> {
+            func.typed(store)
+                .map_err(|e| CallError::Setup(format!("poll not called: its type is not {version}'s ({e:#})")))
         }
-        guest_call!(
-            self,
-            "poll",
-            hot,
-            sluice_connector_task.call_poll(),
-            |polled: Result<Vec<_>, ConnectorError>| polled.map(PollBatch::from_records),
-            poll
-        )
+        match &mut self.bindings {
+            World::V0_3(bindings, packed) => {
+                let poll = match packed {
+                    Some(poll) => *poll,
+                    None => *packed.insert(typed(
+                        *bindings.sluice_connector_task().func_poll().func(),
+                        &self.store,
+                        "0.3.0",
+                    )?),
+                };
+                call_export!(self, "poll", hot, |store, _bindings| {
+                    let polled = poll.call_async(&mut *store, ()).await;
+                    polled.map(|(polled,)| polled.map(PollBatch::from).map_err(from_v0_3::error))
+                })
+            }
+            World::V0_4(bindings, packed) => {
+                let poll = match packed {
+                    Some(poll) => *poll,
+                    None => *packed.insert(typed(
+                        *bindings.sluice_connector_task().func_poll().func(),
+                        &self.store,
+                        "0.4.0",
+                    )?),
+                };
+                call_export!(self, "poll", hot, |store, _bindings| {
+                    let polled = poll.call_async(&mut *store, ()).await;
+                    polled.map(|(polled,)| polled.map(PollBatch::from).map_err(from_v0_4::error))
+                })
+            }
+            World::V0_1(_) | World::V0_2(_) => call_export!(self, "poll", hot, |store, bindings| match bindings {
+                World::V0_1(bindings) => {
+                    let polled = bindings.sluice_connector_task().call_poll(&mut *store).await;
+                    polled.map(|polled| polled.map(PollBatch::from_records))
+                }
+                World::V0_2(bindings) => {
+                    bindings.sluice_connector_task().call_poll(&mut *store).await.map(poll_from_v0_2)
+                }
+                World::V0_3(..) | World::V0_4(..) => unreachable!("a packed batch is polled above"),
+            }),
+        }
     }
 
     pub async fn commit(&mut self) -> Result<Result<(), ConnectorError>, CallError> {
