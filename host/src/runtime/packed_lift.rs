@@ -150,6 +150,11 @@ trait Bytes04: Sized + Send + Sync + 'static {
     const SIZE: usize;
     const WHAT: &'static str;
     fn read(bytes: &[u8], index: usize) -> Result<Self>;
+
+    /// Every element of a list of whole elements.
+    fn read_all(bytes: &[u8]) -> Result<Vec<Self>> {
+        bytes.chunks_exact(Self::SIZE).enumerate().map(|(index, element)| Self::read(element, index)).collect()
+    }
 }
 
 unsafe impl<T: Bytes04> ComponentType for PackedBytes<T> {
@@ -189,8 +194,7 @@ fn lift_bytes<T: Bytes04>(cx: &mut LiftContext<'_>, ptr: u32, len: u32) -> Resul
     }
     let count = len / T::SIZE;
     cx.consume_fuel_array(count, std::mem::size_of::<T>())?;
-    let elements = bytes.chunks_exact(T::SIZE).enumerate().map(|(index, element)| T::read(element, index));
-    elements.collect::<Result<Vec<T>>>().map(PackedBytes)
+    T::read_all(bytes).map(PackedBytes)
 }
 
 /// Flags of a 0.4.0 record (word 0).
@@ -212,29 +216,44 @@ impl Bytes04 for BatchHeader {
 /// 0.4.0's record: thirteen `u32`s (flags, partition, topic, offset, key, value, headers,
 /// timestamp), each option read only when its flag is set.
 impl Bytes04 for BatchRecord {
-    const SIZE: usize = 52;
+    const SIZE: usize = RECORD_04;
     const WHAT: &'static str = "records";
 
     fn read(bytes: &[u8], index: usize) -> Result<BatchRecord> {
-        let word = |at: usize| u32_at(bytes, at * 4);
-        let span = |at: usize| span_at(bytes, at * 4);
-        let flags = word(0);
-        if flags & !(HAS_TOPIC | HAS_KEY | HAS_VALUE | HAS_TIMESTAMP) != 0 {
-            return Err(format_err!(
-                "record {index} of the batch has unknown flags {flags:#x} (sluice:connector@0.4.0 knows 0x1 topic, 0x2 key, 0x4 value, 0x8 timestamp)"
-            ));
-        }
-        let has = |flag: u32| flags & flag != 0;
-        Ok(BatchRecord {
-            partition: word(1),
-            topic: has(HAS_TOPIC).then(|| word(2)),
-            offset: span(3),
-            key: has(HAS_KEY).then(|| span(5)),
-            value: has(HAS_VALUE).then(|| span(7)),
-            headers: span(9),
-            timestamp: has(HAS_TIMESTAMP).then(|| i64::from_le_bytes(bytes[44..52].try_into().expect("eight bytes"))),
-        })
+        let array = bytes.try_into().map_err(|_| format_err!("a 0.4.0 record is {RECORD_04} bytes"))?;
+        read_record_04(array, index)
     }
+
+    fn read_all(bytes: &[u8]) -> Result<Vec<BatchRecord>> {
+        let (records, _) = bytes.as_chunks::<RECORD_04>();
+        records.iter().enumerate().map(|(index, record)| read_record_04(record, index)).collect()
+    }
+}
+
+const RECORD_04: usize = 52;
+
+fn read_record_04(bytes: &[u8; RECORD_04], index: usize) -> Result<BatchRecord> {
+    let word = |at: usize| {
+        let at = at * 4;
+        u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+    };
+    let span = |at: usize| Span { start: word(at), len: word(at + 1) };
+    let flags = word(0);
+    if flags & !(HAS_TOPIC | HAS_KEY | HAS_VALUE | HAS_TIMESTAMP) != 0 {
+        return Err(format_err!(
+            "record {index} of the batch has unknown flags {flags:#x} (sluice:connector@0.4.0 knows 0x1 topic, 0x2 key, 0x4 value, 0x8 timestamp)"
+        ));
+    }
+    let has = |flag: u32| flags & flag != 0;
+    Ok(BatchRecord {
+        partition: word(1),
+        topic: has(HAS_TOPIC).then(|| word(2)),
+        offset: span(3),
+        key: has(HAS_KEY).then(|| span(5)),
+        value: has(HAS_VALUE).then(|| span(7)),
+        headers: span(9),
+        timestamp: has(HAS_TIMESTAMP).then(|| i64::from(word(11)) | (i64::from(word(12)) << 32)),
+    })
 }
 
 /// Where each field of a `batch-record` sits in its canonical layout (the byte of an
@@ -298,24 +317,41 @@ impl Fixed for BatchRecord {
     const ALIGN: usize = RECORD.align;
 
     fn read(bytes: &[u8]) -> Result<BatchRecord> {
-        let u32_at = |at: usize| u32_at(bytes, at);
-        let span_at = |at: usize| span_at(bytes, at);
-        let present = |at: usize| match bytes[at] {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(format_err!("invalid option discriminant")),
-        };
-        Ok(BatchRecord {
-            partition: u32_at(RECORD.partition),
-            offset: span_at(RECORD.offset),
-            topic: present(RECORD.topic)?.then(|| u32_at(RECORD.topic_value)),
-            key: present(RECORD.key)?.then(|| span_at(RECORD.key_value)),
-            value: present(RECORD.value)?.then(|| span_at(RECORD.value_value)),
-            headers: span_at(RECORD.headers),
-            timestamp: present(RECORD.timestamp)?
-                .then(|| i64::from_le_bytes(bytes[RECORD.timestamp_value..][..8].try_into().expect("eight bytes"))),
-        })
+        read_record(bytes.try_into().map_err(|_| format_err!("a batch record is {} bytes", RECORD.size))?)
     }
+
+    /// As fixed-size arrays: each field's read then needs no bounds check (in a profile
+    /// of `sluice-bench poll`, reading records through `chunks_exact` was a tenth of the
+    /// component's time).
+    fn read_all(bytes: &[u8]) -> Result<Vec<BatchRecord>> {
+        let (records, _) = bytes.as_chunks::<{ RECORD.size }>();
+        records.iter().map(read_record).collect()
+    }
+}
+
+fn read_record(bytes: &[u8; RECORD.size]) -> Result<BatchRecord> {
+    let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let span_at = |at: usize| Span { start: u32_at(at), len: u32_at(at + 4) };
+    let present = |at: usize| match bytes[at] {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(format_err!("invalid option discriminant")),
+    };
+    let timestamp = || {
+        let at = RECORD.timestamp_value;
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(&bytes[at..at + 8]);
+        i64::from_le_bytes(eight)
+    };
+    Ok(BatchRecord {
+        partition: u32_at(RECORD.partition),
+        offset: span_at(RECORD.offset),
+        topic: present(RECORD.topic)?.then(|| u32_at(RECORD.topic_value)),
+        key: present(RECORD.key)?.then(|| span_at(RECORD.key_value)),
+        value: present(RECORD.value)?.then(|| span_at(RECORD.value_value)),
+        headers: span_at(RECORD.headers),
+        timestamp: present(RECORD.timestamp)?.then(timestamp),
+    })
 }
 
 #[cfg(test)]
