@@ -122,22 +122,27 @@ unsafe impl<T: Fixed> Lift for PackedList<T> {
     }
 }
 
-/// The list of `len` elements at `ptr`, refused as wasmtime refuses it: out of the
-/// guest's memory or misaligned, or (the call's *hostcall fuel*, which
-/// `sandbox.memory.max.bytes` sets) more than the host may copy out of one call, as `len`
-/// host values of type `T`.
+/// The list of `len` elements at `ptr`, refused when misaligned or as [`guest_bytes`]
+/// refuses it.
 fn lift_list<T: Fixed>(cx: &mut LiftContext<'_>, ptr: u32, len: u32) -> Result<PackedList<T>> {
-    let (ptr, len) = (ptr as usize, len as usize);
-    let memory = cx.memory();
-    let bytes = len
-        .checked_mul(T::SIZE)
-        .and_then(|bytes| memory.get(ptr..)?.get(..bytes))
-        .ok_or_else(|| format_err!("list pointer/length out of bounds of memory"))?;
-    cx.consume_fuel_array(len, std::mem::size_of::<T>())?;
-    if ptr % T::ALIGN != 0 {
+    let len = len as usize;
+    let bytes = guest_bytes::<T>(cx, ptr, len.checked_mul(T::SIZE), len)?;
+    if !(ptr as usize).is_multiple_of(T::ALIGN) {
         return Err(format_err!("list pointer is not aligned"));
     }
     T::read_all(bytes).map(PackedList)
+}
+
+/// The `len` bytes at `ptr` of the guest's memory that hold `count` elements, refused as
+/// wasmtime refuses a list: out of the guest's memory, or (the call's *hostcall fuel*,
+/// which `sandbox.memory.max.bytes` sets) more than the host may copy out of one call, as
+/// `count` host values of type `T`. `len` is `None` when its computation overflowed.
+fn guest_bytes<'a, T>(cx: &mut LiftContext<'a>, ptr: u32, len: Option<usize>, count: usize) -> Result<&'a [u8]> {
+    let bytes = len
+        .and_then(|len| cx.memory().get(ptr as usize..)?.get(..len))
+        .ok_or_else(|| format_err!("list pointer/length out of bounds of memory"))?;
+    cx.consume_fuel_array(count, std::mem::size_of::<T>())?;
+    Ok(bytes)
 }
 
 /// A `list<u8>` of 0.4.0 that holds elements of a fixed little-endian layout, read from
@@ -176,24 +181,18 @@ unsafe impl<T: Bytes04> Lift for PackedBytes<T> {
     }
 }
 
-/// The `len` bytes at `ptr` as elements of `T`, refused when out of the guest's memory, past
-/// the call's hostcall fuel (as wasmtime refuses a list), or not a whole number of elements.
+/// The `len` bytes at `ptr` as elements of `T`, refused when not a whole number of
+/// elements or as [`guest_bytes`] refuses them.
 fn lift_bytes<T: Bytes04>(cx: &mut LiftContext<'_>, ptr: u32, len: u32) -> Result<PackedBytes<T>> {
-    let (ptr, len) = (ptr as usize, len as usize);
-    let bytes = cx
-        .memory()
-        .get(ptr..)
-        .and_then(|rest| rest.get(..len))
-        .ok_or_else(|| format_err!("list pointer/length out of bounds of memory"))?;
-    if len % T::SIZE != 0 {
+    let len = len as usize;
+    let bytes = guest_bytes::<T>(cx, ptr, Some(len), len / T::SIZE)?;
+    if !len.is_multiple_of(T::SIZE) {
         return Err(format_err!(
             "the batch's {what} are {len} bytes, not a whole number of {size}-byte {what} (sluice:connector@0.4.0)",
             what = T::WHAT,
             size = T::SIZE
         ));
     }
-    let count = len / T::SIZE;
-    cx.consume_fuel_array(count, std::mem::size_of::<T>())?;
     T::read_all(bytes).map(PackedBytes)
 }
 

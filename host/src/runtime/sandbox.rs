@@ -907,38 +907,33 @@ impl PluginInstance {
     /// converted, and it is never done; 0.3.0 and 0.4.0 batches are lifted by
     /// `packed_lift`, through `poll` typed once on first use).
     pub async fn poll(&mut self) -> Result<Result<PollBatch, ConnectorError>, CallError> {
-        fn typed<T: wasmtime::component::ComponentNamedList + wasmtime::component::Lift>(
-            func: wasmtime::component::Func,
+        /// `poll` typed to lift a packed batch, once per instance.
+        fn typed_once<T: wasmtime::component::ComponentNamedList + wasmtime::component::Lift>(
+            typed: &mut Option<TypedFunc<(), T>>,
+            func: &wasmtime::component::Func,
             store: &Store<HostState>,
             version: &str,
         ) -> Result<TypedFunc<(), T>, CallError> {
-            func.typed(store)
-                .map_err(|e| CallError::Setup(format!("poll not called: its type is not {version}'s ({e:#})")))
+            if let Some(poll) = typed {
+                return Ok(*poll);
+            }
+            let poll = func
+                .typed(store)
+                .map_err(|e| CallError::Setup(format!("poll not called: its type is not {version}'s ({e:#})")))?;
+            Ok(*typed.insert(poll))
         }
         match &mut self.bindings {
             World::V0_3(bindings, packed) => {
-                let poll = match packed {
-                    Some(poll) => *poll,
-                    None => *packed.insert(typed(
-                        *bindings.sluice_connector_task().func_poll().func(),
-                        &self.store,
-                        "0.3.0",
-                    )?),
-                };
+                let poll =
+                    typed_once(packed, bindings.sluice_connector_task().func_poll().func(), &self.store, "0.3.0")?;
                 call_export!(self, "poll", hot, |store, _bindings| {
                     let polled = poll.call_async(&mut *store, ()).await;
                     polled.map(|(polled,)| polled.map(PollBatch::from).map_err(from_v0_3::error))
                 })
             }
             World::V0_4(bindings, packed) => {
-                let poll = match packed {
-                    Some(poll) => *poll,
-                    None => *packed.insert(typed(
-                        *bindings.sluice_connector_task().func_poll().func(),
-                        &self.store,
-                        "0.4.0",
-                    )?),
-                };
+                let poll =
+                    typed_once(packed, bindings.sluice_connector_task().func_poll().func(), &self.store, "0.4.0")?;
                 call_export!(self, "poll", hot, |store, _bindings| {
                     let polled = poll.call_async(&mut *store, ()).await;
                     polled.map(|(polled,)| polled.map(PollBatch::from).map_err(from_v0_4::error))
