@@ -239,6 +239,34 @@ async fn a_read_of_a_fifo_gets_wasis_answer() {
     drop(writer);
 }
 
+/// The host answers `descriptor.stat` itself (`runtime::file_reads`) as wasmtime-wasi
+/// would: a directory, a regular file with its size, hard links and modification time,
+/// and a FIFO (held open by the test, never written to) answered at once, not waited on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stat_answers_as_wasi_would_for_a_directory_a_file_and_a_fifo() {
+    let granted = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(granted.path()).unwrap();
+    std::fs::write(dir.join("data"), vec![b'x'; 1234]).unwrap();
+    std::fs::hard_link(dir.join("data"), dir.join("data-again")).unwrap();
+    let modified = std::fs::metadata(dir.join("data"))
+        .unwrap()
+        .modified()
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let fifo = dir.join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success(), "mkfifo");
+    let writer = std::fs::OpenOptions::new().read(true).write(true).open(&fifo).unwrap();
+    let config = [("hostile.target", dir.to_str().unwrap()), ("sandbox.fs.read", dir.to_str().unwrap())];
+    let expected = format!(
+        "dir: DescriptorType::Directory; data: DescriptorType::RegularFile 1234 bytes 2 links modified {modified}; \
+         fifo: DescriptorType::Unknown 0 bytes 1 links modified"
+    );
+    attack("stat-files", &config, Expect::Delivers(Box::leak(expected.into_boxed_str()))).await;
+    drop(writer);
+}
+
 /// Two tasks whose every poll is 400 ms of honest CPU work, under a 1 s deadline: they
 /// run long enough to be throttled (each is held back while the other runs), and the time
 /// held back does not count against the deadline, so a busy host slows them, never fails

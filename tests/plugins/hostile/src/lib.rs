@@ -5,7 +5,9 @@
 //! Attacks: `loop-in-poll`, `loop-in-tick`, `loop-in-start`, `grow-memory`, `huge-alloc`,
 //! `recursion`, `trap`, `panic` (a Rust panic naming `hostile.panic.cause`), `big-record`, `many-big-records`, `million-records`, `escape` (opens
 //! `hostile.target` and reports what happened as a record), `read-fifo` (reads the FIFO
-//! `hostile.target` with `descriptor.read` and reports the answer), `raise-error-flood`,
+//! `hostile.target` with `descriptor.read` and reports the answer), `stat-files` (opens
+//! the directory `hostile.target`, its regular file `data` and its FIFO `fifo`, and
+//! reports what `descriptor.stat` answers for each), `raise-error-flood`,
 //! `log-flood`, `print-flood`, `busy` (spins `hostile.busy.ms` per poll, for the fairness
 //! benchmark), `partition-not-object`, `offset-nested`,
 //! `invalid-utf8-topic`, `long-topic`, `too-many-tasks`; `sleep-in-<call>` (a WASI sleep,
@@ -260,6 +262,36 @@ impl TaskGuest for Hostile {
                     },
                     Err(e) => ok(&format!("open failed: {e:?}")),
                 }
+            }
+            "stat-files" => {
+                use wasi::filesystem::types::{Descriptor, DescriptorFlags, OpenFlags, PathFlags};
+                if SENT.replace(true) {
+                    return Ok(Vec::new());
+                }
+                let target = get("hostile.target");
+                let Some((preopen, _)) =
+                    wasi::filesystem::preopens::get_directories().into_iter().find(|(_, path)| *path == target)
+                else {
+                    return ok(&format!("{target} is not a granted directory"));
+                };
+                let described = |descriptor: &Descriptor| match descriptor.stat() {
+                    Ok(stat) => format!(
+                        "{:?} {} bytes {} links modified {}",
+                        stat.type_,
+                        stat.size,
+                        stat.link_count,
+                        stat.data_modification_timestamp.map_or("never".into(), |t| t.seconds.to_string())
+                    ),
+                    Err(e) => format!("stat failed: {e:?}"),
+                };
+                let mut answers = vec![format!("dir: {}", described(&preopen).split(' ').next().unwrap_or(""))];
+                for name in ["data", "fifo"] {
+                    match preopen.open_at(PathFlags::empty(), name, OpenFlags::empty(), DescriptorFlags::READ) {
+                        Ok(file) => answers.push(format!("{name}: {}", described(&file))),
+                        Err(e) => answers.push(format!("{name}: open failed: {e:?}")),
+                    }
+                }
+                ok(&answers.join("; "))
             }
             "raise-error-flood" => {
                 for n in 0..1_000_000 {
