@@ -7,6 +7,7 @@
 //! (committed, stopped and started in a fresh sandbox) before it reaches its cap.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
@@ -129,9 +130,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             Err(e) => return failed(format!("destination: {e}"), id),
         }
     };
-    // Where a polled batch is checked: on this thread as soon as the guest's poll returns
-    // (beside the delivery of the batch before it), or with its own delivery.
-    let check_here = !destination.checks_beside_delivery();
+    let placement = CheckPlacement::new(destination.checks_beside_delivery());
     if restarting {
         board.set_task(&spec.namespace, spec.task, State::Restarting, None, id);
     }
@@ -186,9 +185,11 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         // records) also run while the batch before it is being delivered.
         let polling = unless_stopped(
             async {
+                let check_here = placement.check_here();
                 let poll_started = Instant::now();
                 let polled = instance.poll().await;
                 let poll_time = poll_started.elapsed();
+                placement.polled(poll_time);
                 (prepare_batch(polled, spec, check_here), poll_time)
             },
             stop,
@@ -253,7 +254,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 }
                 services.rates.throttle(&spec.namespace.tenant, records.len() as u64).await;
                 let outgoing = Outgoing::Checked { records, offsets };
-                in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), outgoing)));
+                in_flight = Some(Box::pin(deliver(
+                    spec,
+                    destination.clone(),
+                    id,
+                    stop.clone(),
+                    outgoing,
+                    placement.writes.clone(),
+                )));
             }
             Some(Batch::Unchecked(batch)) => {
                 idle = Duration::ZERO;
@@ -262,7 +270,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 // count against the tenant's rate too.
                 services.rates.throttle(&spec.namespace.tenant, batch.records.len() as u64).await;
                 let outgoing = Outgoing::Unchecked(batch);
-                in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), outgoing)));
+                in_flight = Some(Box::pin(deliver(
+                    spec,
+                    destination.clone(),
+                    id,
+                    stop.clone(),
+                    outgoing,
+                    placement.writes.clone(),
+                )));
             }
         }
         if done {
@@ -333,6 +348,54 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     }
     let deadline = stopped(stop).await;
     stop_instance(&mut instance, &destination, spec, id, deadline).await
+}
+
+/// Where a polled batch is checked: on the task's thread as soon as the guest's poll
+/// returns (beside the delivery of the batch before it), or with its own delivery, on the
+/// delivery's thread. A task runs a poll and the delivery of the batch before it at once,
+/// so a batch takes as long as the longer of the two: the checks go with the shorter,
+/// each side's time smoothed over the last few batches. Until both were measured, as the
+/// destination suggests ([`Destination::checks_beside_delivery`]). The same plugin and
+/// destination change sides with their data: file-pulse polls 100-byte lines in less time
+/// than `stdout` writes them as JSON, a Python plugin's poll takes longer.
+struct CheckPlacement {
+    /// The smoothed poll time in nanoseconds (0 until measured).
+    polls: AtomicU64,
+    /// The smoothed time of the destination's writes in nanoseconds, without the checks
+    /// (0 until measured), written on the delivery's thread.
+    writes: Arc<AtomicU64>,
+    beside_delivery_at_first: bool,
+}
+
+impl CheckPlacement {
+    fn new(beside_delivery_at_first: bool) -> CheckPlacement {
+        CheckPlacement { polls: Default::default(), writes: Arc::default(), beside_delivery_at_first }
+    }
+
+    fn check_here(&self) -> bool {
+        match (self.polls.load(Ordering::Relaxed), self.writes.load(Ordering::Relaxed)) {
+            (0, _) | (_, 0) => !self.beside_delivery_at_first,
+            (poll, write) => poll < write,
+        }
+    }
+
+    fn polled(&self, took: Duration) {
+        self.polls.store(smoothed(self.polls.load(Ordering::Relaxed), took), Ordering::Relaxed);
+    }
+
+    /// One poll and one delivery at a time per task: a load and a store do not race.
+    fn wrote(writes: &AtomicU64, took: Duration) {
+        writes.store(smoothed(writes.load(Ordering::Relaxed), took), Ordering::Relaxed);
+    }
+}
+
+/// `average` moved an eighth of the way to `took` (`took` itself when there is none yet).
+fn smoothed(average: u64, took: Duration) -> u64 {
+    let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+    match average {
+        0 => took,
+        average => average - average / 8 + took / 8,
+    }
 }
 
 /// A polled batch after the checks.
@@ -449,6 +512,7 @@ async fn deliver(
     id: u64,
     mut stop: StopSignal,
     mut outgoing: Outgoing,
+    writes: Arc<AtomicU64>,
 ) -> Delivery {
     let (board, connector) = (&spec.services.board, &spec.namespace.connector);
     let counters = spec.metrics.task(spec.task);
@@ -459,7 +523,7 @@ async fn deliver(
     let mut noted = false;
     let delivered = loop {
         let (destination, namespace) = (destination.clone(), spec.namespace.clone());
-        let (settings, statuses, task) = (spec.settings.clone(), board.clone(), spec.task);
+        let (settings, statuses, task, writes) = (spec.settings.clone(), board.clone(), spec.task, writes.clone());
         let mut delivering = tokio::task::spawn_blocking(move || {
             let (records, offsets) = match outgoing {
                 Outgoing::Checked { records, offsets } => (records, offsets),
@@ -472,7 +536,9 @@ async fn deliver(
                     (records, offsets)
                 }
             };
+            let write_started = Instant::now();
             let result = destination.deliver(&namespace, &records, &offsets);
+            CheckPlacement::wrote(&writes, write_started.elapsed());
             let sent = (records.len() as u64, !offsets.is_empty());
             // Kept for another attempt only; otherwise dropped here rather than on the
             // task's thread (a reference count per key, value, offset and header).

@@ -34,12 +34,13 @@ pub trait Destination: Send + Sync {
         Ok(())
     }
 
-    /// Whether a task checks each polled batch as part of its delivery, on a thread of its
-    /// own beside the plugin's next poll, rather than on the task's thread after the poll.
-    /// A task runs its plugin's poll and the delivery of the batch before it at once, so
-    /// the checks belong with whichever of the two is shorter: the delivery for `stdout`
-    /// (writing JSON lines is quicker than the plugin's poll of them), the poll for
-    /// `local` (an append to the log takes about as long as a poll and the checks).
+    /// Whether a task first checks each polled batch as part of its delivery, on a thread
+    /// of its own beside the plugin's next poll, rather than on the task's thread after the
+    /// poll. A task runs its plugin's poll and the delivery of the batch before it at once,
+    /// so the checks belong with whichever of the two is shorter; once a task has timed
+    /// both, it places them by those times (`task_runner::CheckPlacement`), and this is
+    /// only where they start: with the delivery for `stdout` (writing JSON lines is
+    /// quick), with the poll for the others.
     fn checks_beside_delivery(&self) -> bool {
         false
     }
