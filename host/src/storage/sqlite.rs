@@ -206,6 +206,7 @@ fn append(
         let mut topics: Vec<(&str, i64, i64, LastRow, Vec<u8>)> = Vec::new();
         let mut sources: Vec<(&str, i64)> = Vec::new();
         let (mut body, mut offset_delta, mut body_delta) = (Vec::new(), Vec::new(), Vec::new());
+        let mut largest_key: Option<i64> = tx.query_row("SELECT max(id) FROM log", [], |row| row.get(0))?;
         for record in records {
             let topic = match topics.iter().position(|(name, ..)| *name == &*record.topic) {
                 Some(index) => index,
@@ -241,7 +242,15 @@ fn append(
             }
             let headers_at = encode_body(record.key.as_deref(), &record.headers, &mut body);
             // Bound one by one: `params!` boxes each value as a `dyn ToSql` per row.
-            insert.raw_bind_parameter(1, log_key(*topic_id, *next))?;
+            // The log's next key, as SQLite would choose it (the largest plus one), is left
+            // to SQLite: it then finds the end of the table without searching for the key.
+            let key = log_key(*topic_id, *next);
+            if largest_key == Some(key - 1) {
+                insert.raw_bind_parameter(1, None::<i64>)?;
+            } else {
+                insert.raw_bind_parameter(1, key)?;
+            }
+            largest_key = largest_key.max(Some(key));
             insert.raw_bind_parameter(2, source)?;
             let in_full = |insert: &mut rusqlite::CachedStatement<'_>| {
                 insert.raw_bind_parameter(4, record.key.as_deref())?;
@@ -958,6 +967,10 @@ mod tests {
             let expected: Vec<&Record> = records.iter().filter(|r| &*r.topic == topic).collect();
             let all = db.read("default", topic, 0, 10_000).unwrap();
             assert_eq!(all.iter().map(|r| &r.record).collect::<Vec<_>>(), expected, "topic {topic}");
+            // Each topic's records are numbered from 0 without a gap, whether its row's key
+            // was bound or left to SQLite (the next after the largest).
+            let numbered: Vec<u64> = all.iter().map(|r| r.offset).collect();
+            assert_eq!(numbered, (0..expected.len() as u64).collect::<Vec<_>>(), "topic {topic}");
             // A read may start at any record, within a delta chain too.
             for from in [1, 2, 254, 255, 256, 300, expected.len() - 1] {
                 let Some(first) = db.read("default", topic, from as u64, 2).unwrap().into_iter().next() else {
