@@ -246,38 +246,23 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                     _ = wake.changed() => idle = Duration::ZERO,
                 }
             }
-            Some(Batch::Checked(CheckedBatch { records, offsets, refused })) => {
+            Some(batch) => {
                 idle = Duration::ZERO;
                 idling = None;
-                if refused > 0 {
-                    board.add_refused(&spec.namespace, spec.task, refused);
-                }
-                services.rates.throttle(&spec.namespace.tenant, records.len() as u64).await;
-                let outgoing = Outgoing::Checked { records, offsets };
-                in_flight = Some(Box::pin(deliver(
-                    spec,
-                    destination.clone(),
-                    id,
-                    stop.clone(),
-                    outgoing,
-                    placement.writes.clone(),
-                )));
-            }
-            Some(Batch::Unchecked(batch)) => {
-                idle = Duration::ZERO;
-                idling = None;
-                // Counted before the checks: records refused under errors.tolerance=all
-                // count against the tenant's rate too.
-                services.rates.throttle(&spec.namespace.tenant, batch.records.len() as u64).await;
-                let outgoing = Outgoing::Unchecked(batch);
-                in_flight = Some(Box::pin(deliver(
-                    spec,
-                    destination.clone(),
-                    id,
-                    stop.clone(),
-                    outgoing,
-                    placement.writes.clone(),
-                )));
+                let (counted, outgoing) = match batch {
+                    Batch::Checked(CheckedBatch { records, offsets, refused }) => {
+                        if refused > 0 {
+                            board.add_refused(&spec.namespace, spec.task, refused);
+                        }
+                        (records.len(), Outgoing::Checked { records, offsets })
+                    }
+                    // Counted before the checks: records refused under errors.tolerance=all
+                    // count against the tenant's rate too.
+                    Batch::Unchecked(batch) => (batch.records.len(), Outgoing::Unchecked(batch)),
+                };
+                services.rates.throttle(&spec.namespace.tenant, counted as u64).await;
+                let writes = placement.writes.clone();
+                in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), outgoing, writes)));
             }
         }
         if done {

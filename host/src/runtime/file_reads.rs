@@ -32,7 +32,7 @@ const READ_MAX: usize = 64 << 10;
 /// Replaces `[method]descriptor.read` and `[method]descriptor.stat` of
 /// `wasi:filesystem/types` in a linker that has wasmtime-wasi's bindings
 /// (`add_to_linker_async`) already.
-pub fn read_regular_files_inline<T: WasiView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+pub fn answer_file_reads_and_stats_inline<T: WasiView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let defined = replace_read(linker).and_then(|()| replace_stat(linker));
     linker.allow_shadowing(false);

@@ -54,10 +54,18 @@ struct Checkpoints {
 
 #[derive(Default)]
 struct CheckpointState {
-    /// Bytes of records appended since the thread was last woken, whether it is due, and
-    /// whether the store is closing.
-    owed: Mutex<(u64, bool, bool)>,
+    owed: Mutex<Owed>,
     wake: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct Owed {
+    /// Bytes of records appended since the thread was last woken.
+    bytes: u64,
+    /// A checkpoint is due.
+    due: bool,
+    /// The store is closing: the thread ends.
+    closing: bool,
 }
 
 impl Checkpoints {
@@ -70,11 +78,12 @@ impl Checkpoints {
     fn appended(&self, bytes: u64, database: &Path) {
         {
             let mut owed = self.shared.owed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            owed.0 += bytes;
-            if owed.0 < CHECKPOINT_EVERY_BYTES {
+            owed.bytes += bytes;
+            if owed.bytes < CHECKPOINT_EVERY_BYTES {
                 return;
             }
-            *owed = (0, true, owed.2);
+            owed.bytes = 0;
+            owed.due = true;
         }
         let mut thread = self.thread.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if thread.is_none() {
@@ -94,7 +103,7 @@ impl Checkpoints {
 
 impl Drop for Checkpoints {
     fn drop(&mut self) {
-        self.shared.owed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).2 = true;
+        self.shared.owed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).closing = true;
         self.shared.wake.notify_one();
         if let Some(thread) = self.thread.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
             let _ = thread.join();
@@ -111,13 +120,13 @@ fn checkpoint_when_woken(shared: &CheckpointState, database: &Path) {
     loop {
         {
             let mut owed = shared.owed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            while !owed.1 && !owed.2 {
+            while !owed.due && !owed.closing {
                 owed = shared.wake.wait(owed).unwrap_or_else(|poisoned| poisoned.into_inner());
             }
-            if owed.2 {
+            if owed.closing {
                 return;
             }
-            owed.1 = false;
+            owed.due = false;
         }
         // A failure (a full disk) leaves the pages in the WAL, where they are safe; the
         // next checkpoint, here or the writer's, copies them.
@@ -311,7 +320,8 @@ fn append(
         let mut topics: Vec<(&str, i64, i64, LastRow, Vec<u8>)> = Vec::new();
         let mut sources: Vec<(&str, i64)> = Vec::new();
         let (mut body, mut offset_delta, mut body_delta) = (Vec::new(), Vec::new(), Vec::new());
-        let mut largest_key: Option<i64> = tx.query_row("SELECT max(id) FROM log", [], |row| row.get(0))?;
+        let mut largest_key: Option<i64> =
+            tx.prepare_cached("SELECT max(id) FROM log")?.query_row([], |row| row.get(0))?;
         for record in records {
             let topic = match topics.iter().position(|(name, ..)| *name == &*record.topic) {
                 Some(index) => index,
