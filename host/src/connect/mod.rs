@@ -1,7 +1,8 @@
 //! The connect layer: Kafka Connect's runtime. The herder's lifecycle API ([`Herder`]),
 //! admission of configs ([`admission`]), each connector's loop and its reconfigurations
 //! ([`connector`], deciding with the pure [`reconfigure::plan`]), each task's poll,
-//! deliver and commit loop ([`task_runner`]), the checks on what a plugin returns
+//! deliver and commit loop ([`task_runner`]) and the lane its batches are delivered on
+//! ([`lane`]), the checks on what a plugin returns
 //! ([`records`]), the status board ([`status`]), the tenants' rate budgets ([`limits`])
 //! and each connector's in-memory counters ([`metrics`]).
 //!
@@ -10,6 +11,7 @@
 mod admission;
 mod connector;
 mod herder;
+mod lane;
 pub mod limits;
 pub mod metrics;
 pub mod reconfigure;

@@ -1,6 +1,7 @@
-//! One task's loop: poll, check what the plugin returned, deliver to the destination
-//! (which commits the offsets the batch advances once its records are durable) while the
-//! next batch is polled, and call
+//! One task's loop: poll, check what the plugin returned, hand the batch to the task's
+//! delivery lane ([`super::lane`]), where the destination writes it and commits the offsets
+//! it advances once its records are durable, in order, while the task polls the next
+//! batches (at most [`MAX_BATCHES_IN_FLIGHT`] handed over and not yet settled), and call
 //! the task's `commit()` every `offset.flush.interval.ms` and on stop. A failed task is
 //! marked FAILED with its reason and, under `restart.policy=on-failure`, restarted in a
 //! new sandbox after an exponential backoff. A task whose memory keeps growing is recycled
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
 
+use super::lane::Lane;
 use super::metrics::TaskCounters;
 use super::records::{Polled, Source, check_batch, latest_offsets};
 use super::services::{Services, StopSignal, stopped, unless_stopped, wake_after};
@@ -155,17 +157,17 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     let mut wake = spec.wake.clone();
     wake.mark_unchanged();
     let counters = spec.metrics.task(spec.task);
-    // The batch being delivered while the next one is polled: one at a time, in order, so
-    // a partition's offsets still commit in order; settled before anything else happens
-    // (commit, pause, flush, recycle, stop).
-    let mut in_flight: Option<std::pin::Pin<Box<dyn Future<Output = Delivery> + Send + '_>>> = None;
+    // The batches being delivered while the next one is polled, oldest first: run in order
+    // on the task's lane, so a partition's offsets still commit in order; all settled
+    // before anything else happens (commit, pause, flush, recycle, stop).
+    let lane = Lane::new();
+    let _close_lane = CloseOnDrop(lane.clone());
+    let mut in_flight = InFlight::default();
     while stop.borrow().is_none() {
         if *paused.borrow_and_update() {
-            if let Some(delivery) = in_flight.take() {
-                match delivery.await.settle(id) {
-                    Ok(delivered) => unsettled |= delivered,
-                    Err(outcome) => return outcome,
-                }
+            match in_flight.settle_all(id).await {
+                Ok(delivered) => unsettled |= delivered,
+                Err(outcome) => return outcome,
             }
             // Everything delivered is committed: tell the task, and wait to be resumed.
             if let Some(outcome) = commit(&mut instance, &destination, spec, id, None, true).await {
@@ -183,31 +185,35 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         // Timed by itself: the delivery running beside it is not poll time. The batch is
         // checked inside the same future, so the checks (turning the packed batch into
         // records) also run while the batch before it is being delivered.
-        let polling = unless_stopped(
-            async {
-                let check_here = placement.check_here();
-                let poll_started = Instant::now();
-                let polled = instance.poll().await;
-                let poll_time = poll_started.elapsed();
-                placement.polled(poll_time);
-                (prepare_batch(polled, spec, check_here), poll_time)
-            },
-            stop,
-        );
-        let polled = match in_flight.take() {
-            None => polling.await,
-            Some(delivery) => {
-                // The delivery first: its first poll hands the batch to a blocking thread,
-                // and only then does the guest run (a guest's poll runs to its end within
-                // one poll of its future, so polled second the delivery would start after it).
-                let (delivered, polled) = tokio::join!(delivery, polling);
-                match delivered.settle(id) {
+        let polled = {
+            let polling = unless_stopped(
+                async {
+                    let check_here = placement.check_here();
+                    let poll_started = Instant::now();
+                    let polled = instance.poll().await;
+                    let poll_time = poll_started.elapsed();
+                    placement.polled(poll_time);
+                    (prepare_batch(polled, spec, check_here), poll_time)
+                },
+                stop,
+            );
+            // Deliveries that end while the guest polls are settled as they end.
+            let mut polling = std::pin::pin!(polling);
+            loop {
+                let Some(oldest) = in_flight.oldest() else { break polling.await };
+                let delivered = tokio::select! {
+                    // The delivery first: a guest's poll runs to its end within one poll of
+                    // its future.
+                    biased;
+                    delivered = oldest => delivered,
+                    polled = &mut polling => break polled,
+                };
+                match in_flight.settled(delivered, id) {
                     Ok(delivered) => unsettled |= delivered,
                     // Whatever the poll returned is dropped undelivered: nothing of it is
                     // committed, so a restart polls it again.
                     Err(outcome) => return outcome,
                 }
-                polled
             }
         };
         let Some((prepared, poll_time)) = polled else {
@@ -224,6 +230,11 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         TaskCounters::add(&counters.polled, polled);
         match batch {
             None => {
+                // The destination settles only once nothing is being written beside it.
+                match in_flight.settle_all(id).await {
+                    Ok(delivered) => unsettled |= delivered,
+                    Err(outcome) => return outcome,
+                }
                 if unsettled {
                     // Nothing new to send: the destination settles what it holds (an open
                     // exactly-once transaction commits) rather than waiting for the next batch.
@@ -261,16 +272,24 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                     Batch::Unchecked(batch) => (batch.records.len(), Outgoing::Unchecked(batch)),
                 };
                 services.rates.throttle(&spec.namespace.tenant, counted as u64).await;
-                let writes = placement.writes.clone();
-                in_flight = Some(Box::pin(deliver(spec, destination.clone(), id, stop.clone(), outgoing, writes)));
+                let work = delivery_work(spec, destination.clone(), outgoing, placement.writes.clone());
+                let handed_over = lane.submit(work);
+                let (destination, writes) = (destination.clone(), placement.writes.clone());
+                in_flight.push(Box::pin(deliver(spec, destination, id, stop.clone(), handed_over, &lane, writes)));
+                // At most this many batches wait for the destination: past it, the task
+                // waits for the oldest before it polls again.
+                while in_flight.len() >= MAX_BATCHES_IN_FLIGHT {
+                    match in_flight.settle_oldest(id).await {
+                        Ok(delivered) => unsettled |= delivered,
+                        Err(outcome) => return outcome,
+                    }
+                }
             }
         }
         if done {
             // Everything it produced is delivered and committed before it is stopped, so
             // a restart of a finished task resumes after its last record.
-            if let Some(delivery) = in_flight.take()
-                && let Err(outcome) = delivery.await.settle(id)
-            {
+            if let Err(outcome) = in_flight.settle_all(id).await {
                 return outcome;
             }
             tracing::info!(connector = %connector, task = spec.task, "the task is done: stopping it");
@@ -291,9 +310,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         }
         if recycle_at.is_some_and(|limit| instance.largest_memory() >= limit) {
             // `stop_instance` settles the destination itself.
-            if let Some(delivery) = in_flight.take()
-                && let Err(outcome) = delivery.await.settle(id)
-            {
+            if let Err(outcome) = in_flight.settle_all(id).await {
                 return outcome;
             }
             // Everything delivered is committed; a fresh sandbox resumes from there.
@@ -311,11 +328,9 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             };
         }
         if last_commit.elapsed() >= spec.settings.offset_flush_interval {
-            if let Some(delivery) = in_flight.take() {
-                match delivery.await.settle(id) {
-                    Ok(delivered) => unsettled |= delivered,
-                    Err(outcome) => return outcome,
-                }
+            match in_flight.settle_all(id).await {
+                Ok(delivered) => unsettled |= delivered,
+                Err(outcome) => return outcome,
             }
             last_commit = Instant::now();
             // Nothing delivered since the destination last settled: nothing for it to do,
@@ -326,9 +341,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             }
         }
     }
-    if let Some(delivery) = in_flight.take()
-        && let Err(outcome) = delivery.await.settle(id)
-    {
+    if let Err(outcome) = in_flight.settle_all(id).await {
         return outcome;
     }
     let deadline = stopped(stop).await;
@@ -453,13 +466,11 @@ fn check_records(
 
 /// What a delivery sends: records checked on the task's thread with the offsets they
 /// advance, or a polled batch still to be checked. An unchecked batch is checked on the
-/// delivery's blocking thread just before it is written, in the same hand-off: for a
-/// destination whose delivery is quicker than a plugin's poll, the checks and the write
-/// then both run beside the guest's next poll. (Checked in a hand-off of their own, the
-/// write could only start once the task's thread came back from the guest's poll, which
-/// runs to its end in one poll of its future.) A batch the checks refuse fails the task
-/// when this delivery settles, with nothing of it delivered (the poll after it is dropped
-/// undelivered).
+/// lane's thread just before it is written, in the same job: for a destination whose
+/// delivery is quicker than a plugin's poll, the checks and the write then both run beside
+/// the guest's next poll. A batch the checks refuse fails the task when this delivery
+/// settles, with nothing of it delivered (it halts the lane, so nothing queued after it is
+/// written either, and the poll after it is dropped undelivered).
 enum Outgoing {
     Checked { records: Vec<Record>, offsets: Vec<(String, String)> },
     Unchecked(PollBatch),
@@ -488,62 +499,167 @@ impl Delivery {
     }
 }
 
-/// Delivers one checked batch with the offsets it advances: retried while the destination
-/// says it is away for now (with a note in the task's status), given up on at the stop
-/// deadline.
-async fn deliver(
+/// At most this many batches of a task are handed to its destination and not yet settled.
+/// Two: one being written while the next waits behind it, so the lane's thread goes from
+/// one to the next without waiting for the task; more would only hold more memory (each
+/// up to `sandbox.batch.max.bytes`) while the destination is the slower side.
+const MAX_BATCHES_IN_FLIGHT: usize = 2;
+
+type PendingDelivery<'a> = std::pin::Pin<Box<dyn Future<Output = Delivery> + Send + 'a>>;
+
+/// A task's batches handed to its lane and not yet settled, oldest first. Only the oldest
+/// is awaited: the lane runs them in order whether or not their futures are polled.
+#[derive(Default)]
+struct InFlight<'a> {
+    deliveries: std::collections::VecDeque<PendingDelivery<'a>>,
+}
+
+impl<'a> InFlight<'a> {
+    fn push(&mut self, delivery: PendingDelivery<'a>) {
+        self.deliveries.push_back(delivery);
+    }
+
+    fn len(&self) -> usize {
+        self.deliveries.len()
+    }
+
+    fn oldest(&mut self) -> Option<&mut PendingDelivery<'a>> {
+        self.deliveries.front_mut()
+    }
+
+    /// The oldest delivery ended as `delivery`: whether it delivered, or how the task
+    /// instance ends.
+    fn settled(&mut self, delivery: Delivery, instance: u64) -> Result<bool, Outcome> {
+        self.deliveries.pop_front();
+        delivery.settle(instance)
+    }
+
+    async fn settle_oldest(&mut self, instance: u64) -> Result<bool, Outcome> {
+        match self.deliveries.front_mut() {
+            None => Ok(false),
+            Some(oldest) => {
+                let delivery = oldest.await;
+                self.settled(delivery, instance)
+            }
+        }
+    }
+
+    /// Waits for every batch in flight: whether any was delivered, or how the task
+    /// instance ends.
+    async fn settle_all(&mut self, instance: u64) -> Result<bool, Outcome> {
+        let mut delivered = false;
+        while !self.deliveries.is_empty() {
+            delivered |= self.settle_oldest(instance).await?;
+        }
+        Ok(delivered)
+    }
+}
+
+/// Closes a task instance's lane however the instance ends, so that nothing it queued
+/// is written after it.
+struct CloseOnDrop(Arc<Lane<Attempt>>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// How one try at delivering a batch went, on the lane's thread.
+enum Attempt {
+    /// Written with its offsets: how many records, whether offsets were committed, and how
+    /// long the checks and the write took.
+    Delivered {
+        count: u64,
+        commits: bool,
+        took: Duration,
+    },
+    /// The destination is away for now: the batch, kept for another try.
+    Retry {
+        error: anyhow::Error,
+        records: Vec<Record>,
+        offsets: Vec<(String, String)>,
+    },
+    /// The checks refused a record (named in the trace).
+    Refused(String),
+    Failed(anyhow::Error),
+}
+
+/// The work of one try at delivering `outgoing`, for the task's lane: the checks when the
+/// batch was not checked on the task's thread, then the destination's write. The lane goes
+/// on after it only when it delivered.
+fn delivery_work(
     spec: &TaskSpec,
     destination: Arc<dyn Destination>,
-    id: u64,
-    mut stop: StopSignal,
-    mut outgoing: Outgoing,
+    outgoing: Outgoing,
     writes: Arc<AtomicU64>,
-) -> Delivery {
-    let (board, connector) = (&spec.services.board, &spec.namespace.connector);
-    let counters = spec.metrics.task(spec.task);
-    let (mut count, mut commits) = (0u64, false);
-    let deliver_started = Instant::now();
-    let mut retries = 0u32;
-    // Whether the status carries a note about this batch, cleared once delivered.
-    let mut noted = false;
-    let delivered = loop {
-        let (destination, namespace) = (destination.clone(), spec.namespace.clone());
-        let (settings, statuses, task, writes) = (spec.settings.clone(), board.clone(), spec.task, writes.clone());
-        let mut delivering = tokio::task::spawn_blocking(move || {
-            let (records, offsets) = match outgoing {
-                Outgoing::Checked { records, offsets } => (records, offsets),
-                Outgoing::Unchecked(batch) => {
-                    let CheckedBatch { records, offsets, refused } =
-                        check_records(batch, &settings, &namespace.connector, task)?;
+) -> impl FnOnce() -> (Attempt, bool) + Send + 'static {
+    let (namespace, settings, statuses, task) =
+        (spec.namespace.clone(), spec.settings.clone(), spec.services.board.clone(), spec.task);
+    move || {
+        let started = Instant::now();
+        let (records, offsets) = match outgoing {
+            Outgoing::Checked { records, offsets } => (records, offsets),
+            Outgoing::Unchecked(batch) => match check_records(batch, &settings, &namespace.connector, task) {
+                Ok(CheckedBatch { records, offsets, refused }) => {
                     if refused > 0 {
                         statuses.add_refused(&namespace, task, refused);
                     }
                     (records, offsets)
                 }
-            };
-            let write_started = Instant::now();
-            let result = destination.deliver(&namespace, &records, &offsets);
-            CheckPlacement::wrote(&writes, write_started.elapsed());
-            let sent = (records.len() as u64, !offsets.is_empty());
-            // Kept for another attempt only; otherwise dropped here rather than on the
-            // task's thread (a reference count per key, value, offset and header).
-            let retry = result.as_ref().is_err_and(RetriableDelivery::is).then_some((records, offsets));
-            Ok::<_, String>((result, retry, sent))
-        });
+                Err(trace) => return (Attempt::Refused(trace), false),
+            },
+        };
+        let write_started = Instant::now();
+        let result = destination.deliver(&namespace, &records, &offsets);
+        CheckPlacement::wrote(&writes, write_started.elapsed());
+        match result {
+            // The records are dropped here rather than on the task's thread (a reference
+            // count per key, value, offset and header).
+            Ok(()) => {
+                let (count, commits) = (records.len() as u64, !offsets.is_empty());
+                drop(records);
+                (Attempt::Delivered { count, commits, took: started.elapsed() }, true)
+            }
+            Err(error) if RetriableDelivery::is(&error) => (Attempt::Retry { error, records, offsets }, false),
+            Err(error) => (Attempt::Failed(error), false),
+        }
+    }
+}
+
+/// Settles one batch handed to the lane (`handed_over`): retried while the destination
+/// says it is away for now (with a note in the task's status), given up on at the stop
+/// deadline. Giving up closes the lane, so nothing queued after the batch is written.
+async fn deliver(
+    spec: &TaskSpec,
+    destination: Arc<dyn Destination>,
+    id: u64,
+    mut stop: StopSignal,
+    mut handed_over: tokio::sync::oneshot::Receiver<Attempt>,
+    lane: &Arc<Lane<Attempt>>,
+    writes: Arc<AtomicU64>,
+) -> Delivery {
+    let (board, connector) = (&spec.services.board, &spec.namespace.connector);
+    let counters = spec.metrics.task(spec.task);
+    let mut retries = 0u32;
+    // Whether the status carries a note about this batch, cleared once delivered.
+    let mut noted = false;
+    let attempt = loop {
         // A destination that keeps a batch waiting (a broker outage, before its
         // producer gives up) is said in the status while it waits.
         let mut waited = 0u32;
         let attempt = loop {
             tokio::select! {
-                attempt = &mut delivering => break attempt,
+                attempt = &mut handed_over => break attempt,
                 deadline = stopped(&mut stop) => {
                     // Stopping: the delivery may finish until the stop deadline;
                     // after it, it is abandoned (its offsets are not committed, so
                     // the batch is sent again after a restart).
-                    match tokio::time::timeout_at(deadline.into(), &mut delivering).await {
+                    match tokio::time::timeout_at(deadline.into(), &mut handed_over).await {
                         Ok(attempt) => break attempt,
                         Err(_) => {
                             tracing::warn!(connector = %connector, task = spec.task, "the destination did not take the last batch by the stop deadline; it is sent again after a restart");
+                            lane.close();
                             return Delivery::Abandoned;
                         }
                     }
@@ -560,43 +676,47 @@ async fn deliver(
         };
         noted |= waited > 0;
         match attempt {
-            // A record the checks refused: the task fails with it named.
-            Ok(Err(trace)) => return Delivery::Failed(trace),
-            Ok(Ok((Err(e), Some((records, advanced)), _))) => {
+            Ok(Attempt::Retry { error, records, offsets }) => {
                 // The destination is away for now (a broker outage): keep the batch,
-                // say so in the status, and try again.
+                // say so in the status, and try again before anything queued after it.
                 let delay = DELIVERY_RETRY_BACKOFF.backoff(retries);
                 retries = retries.saturating_add(1);
-                let trace = format!("delivery failed ({e:#}); retrying in {delay:?} (attempt {retries})");
+                let trace = format!("delivery failed ({error:#}); retrying in {delay:?} (attempt {retries})");
                 noted = true;
                 board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
-                outgoing = Outgoing::Checked { records, offsets: advanced };
                 tokio::select! {
-                    _ = tokio::time::sleep(delay) => continue,
+                    _ = tokio::time::sleep(delay) => {
+                        let outgoing = Outgoing::Checked { records, offsets };
+                        handed_over = lane.retry_first(delivery_work(spec, destination.clone(), outgoing, writes.clone()));
+                    }
                     // Nothing of the batch is committed: it is polled again on restart.
-                    _ = stopped(&mut stop) => return Delivery::Done { delivered: false },
+                    _ = stopped(&mut stop) => {
+                        lane.close();
+                        return Delivery::Done { delivered: false };
+                    }
                 }
             }
-            Ok(Ok((result, _, sent))) => {
-                (count, commits) = sent;
-                break Ok(result);
-            }
-            Err(e) => break Err(e),
+            Ok(attempt) => break attempt,
+            // Dropped unrun: a batch before it was given up on as the task stops.
+            Err(_) if lane.is_closed() => return Delivery::Done { delivered: false },
+            Err(_) => break Attempt::Failed(anyhow::anyhow!("the delivery panicked")),
         }
     };
     if noted {
         board.set_task(&spec.namespace, spec.task, State::Running, None, id);
     }
-    match delivered {
-        Ok(Ok(())) => {
+    match attempt {
+        Attempt::Delivered { count, commits, took } => {
             spec.metrics.add_delivered(count);
             TaskCounters::add(&counters.delivered, count);
             TaskCounters::add(&counters.deliveries, 1);
-            TaskCounters::time(&counters.deliver_nanos, deliver_started.elapsed());
+            TaskCounters::time(&counters.deliver_nanos, took);
             TaskCounters::add(&counters.commits, u64::from(commits));
             Delivery::Done { delivered: true }
         }
-        Ok(Err(e)) => {
+        // A record the checks refused: the task fails with it named.
+        Attempt::Refused(trace) => Delivery::Failed(trace),
+        Attempt::Failed(e) => {
             // The `stdout` reader went away: like any tool in a pipe, stop (what was
             // not written is not committed).
             let broken_pipe = e.chain().any(|e| {
@@ -607,7 +727,7 @@ async fn deliver(
             }
             Delivery::Failed(format!("destination failed: {e:#}"))
         }
-        Err(e) => Delivery::Failed(format!("destination failed: {e}")),
+        Attempt::Retry { .. } => unreachable!("a retry is tried again above"),
     }
 }
 
