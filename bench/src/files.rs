@@ -209,7 +209,7 @@ mod native {
     /// The local log's appends alone: each line as the record file-pulse makes of it,
     /// appended 2,000 at a time (file-pulse's batch) with the offset.
     pub fn local_log_alone(path: &Path, data: &sluice::storage::DataDir) -> anyhow::Result<u64> {
-        use sluice::storage::{Namespace, Record, Stores};
+        use sluice::storage::{Namespace, Record, RecordBatch, Stores};
         let stores = Stores::open(&sluice::config::WorkerConfig::default(), data)?;
         let ns = Namespace::new("default", "bench");
         let partition = r#"{"id":"af5742b4d2db5e45"}"#;
@@ -217,7 +217,7 @@ mod native {
         let flush = |batch: &mut Vec<Record>| -> anyhow::Result<()> {
             if let Some(last) = batch.last() {
                 let offsets = [(partition.to_string(), last.offset.to_string())];
-                stores.local().append_with_offsets(&ns, batch, &offsets)?;
+                stores.local().append_with_offsets(&ns, &RecordBatch::from_records(batch.iter()), &offsets)?;
             }
             batch.clear();
             Ok(())

@@ -6,7 +6,7 @@
 //! ones. Any refusal is fine; a panic, a mismatch or a loss is a bug.
 
 use sluice::config::{ErrorHandling, SandboxSettings};
-use sluice::connect::records::{Polled, Source, check_batch, latest_offsets};
+use sluice::connect::records::{Source, check_batch};
 use sluice::destinations::json::{record_json, write_record_json};
 use sluice::runtime::bindings::{PollBatch, SourceRecord};
 use sluice::storage::json::canonical_object;
@@ -27,23 +27,23 @@ pub fn check(stores: &Stores, ns: &Namespace, batch: Vec<SourceRecord>, errors: 
 /// the path and checks every accepted record reads back equal.
 pub fn check_batch_of(stores: &Stores, ns: &Namespace, batch: PollBatch, errors: &ErrorHandling) {
     let source = Source { connector: &ns.connector, task: 0 };
-    let Ok((polled, _refused)) = check_batch(batch, &sandbox(), errors, 7, &source) else { return };
-    for entry in &polled {
-        if let Some((partition, offset)) = entry.commits() {
-            assert_eq!(canonical_object(partition).as_deref(), Ok(partition), "a partition not canonical");
-            assert!(canonical_object(offset).is_ok(), "an offset that is not an object of primitives: {offset}");
-        }
-        if let Polled::Record(record) = entry {
-            assert!(sluice::connect::records::check_topic(&record.topic).is_ok(), "a bad topic passed");
-        }
+    let Ok(checked) = check_batch(batch, &sandbox(), errors, 7, &source) else { return };
+    for (partition, offset) in &checked.offsets {
+        assert_eq!(canonical_object(partition).as_deref(), Ok(partition.as_str()), "a partition not canonical");
+        assert_eq!(canonical_object(offset).as_deref(), Ok(offset.as_str()), "an offset not canonical");
     }
-    let offsets = latest_offsets(&polled);
-    let delivered: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
+    for record in checked.records.iter() {
+        assert_eq!(canonical_object(record.partition).as_deref(), Ok(record.partition), "a partition not canonical");
+        assert!(canonical_object(record.offset).is_ok(), "an offset that is not an object of primitives");
+        assert!(sluice::connect::records::check_topic(record.topic).is_ok(), "a bad topic passed");
+    }
+    let offsets = checked.offsets;
+    let delivered: Vec<Record> = checked.records.to_records();
 
     // Local: what is appended reads back equal, in order, after what each topic held.
     let log = stores.local();
     let before: std::collections::BTreeMap<String, u64> = log.topics(&ns.tenant).unwrap().into_iter().collect();
-    log.append_with_offsets(ns, &delivered, &offsets).unwrap();
+    log.append_with_offsets(ns, &checked.records, &offsets).unwrap();
     let mut read_back: Vec<Record> = Vec::new();
     let mut topics: Vec<&str> = delivered.iter().map(|r| &*r.topic).collect();
     topics.sort();
@@ -65,8 +65,8 @@ pub fn check_batch_of(stores: &Stores, ns: &Namespace, batch: PollBatch, errors:
 
     // stdout: one JSON line per record, the same record as `topics read --json` shows.
     let mut out = Vec::new();
-    for record in &delivered {
-        write_record_json(&mut out, record).unwrap();
+    for record in checked.records.iter() {
+        write_record_json(&mut out, &record).unwrap();
     }
     let lines: Vec<serde_json::Value> =
         out.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();

@@ -10,7 +10,7 @@ use crate::config::{ErrorHandling, SandboxSettings};
 use crate::runtime::bindings::{BatchHeader, BatchRecord, PollBatch, Span};
 use crate::runtime::sandbox::human_bytes;
 use crate::storage::json::{canonical_object, check_object, shorten};
-use crate::storage::{Record, Text};
+use crate::storage::{Part, Record, RecordBatch, RecordBatchBuilder, Text};
 
 /// Kafka's rule: 1 to 249 characters of `[a-zA-Z0-9._-]`.
 pub fn check_topic(topic: &str) -> Result<(), String> {
@@ -26,42 +26,18 @@ pub fn check_topic(topic: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// What one entry of a `poll` batch turned out to be.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Polled {
-    Record(Record),
-    /// An offset-only record: commit `offset` for `partition`, deliver nothing.
-    OffsetOnly {
-        partition: Arc<str>,
-        offset: Text,
-    },
-    /// A record the checks refused under `errors.tolerance=all`: its offset, when it has a
-    /// valid one, is committed in order (so a restart does not meet it again), and a copy
-    /// goes to the dead-letter topic when one is set.
-    Refused {
-        commit: Option<(Arc<str>, Text)>,
-        dead_letter: Option<Record>,
-    },
-}
-
-impl Polled {
-    /// The offset this entry commits, if any.
-    pub fn commits(&self) -> Option<(&str, &str)> {
-        match self {
-            Polled::Record(r) => Some((&r.partition, &r.offset)),
-            Polled::OffsetOnly { partition, offset } => Some((partition, offset)),
-            Polled::Refused { commit, .. } => commit.as_ref().map(|(p, o)| (&**p, o.as_str())),
-        }
-    }
-
-    /// What this entry delivers, if anything.
-    pub fn into_delivered(self) -> Option<Record> {
-        match self {
-            Polled::Record(record) => Some(record),
-            Polled::OffsetOnly { .. } => None,
-            Polled::Refused { dead_letter, .. } => dead_letter,
-        }
-    }
+/// A poll batch after the host's checks.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// The records to deliver, in order: the accepted ones and the dead-letter copies of
+    /// refused ones.
+    pub records: RecordBatch,
+    /// The last offset of each partition the batch advances, in order of first appearance
+    /// (canonical JSON): what delivering the batch lets us commit. Offset-only records and
+    /// refused records with a valid partition and offset advance them too.
+    pub offsets: Vec<(String, String)>,
+    /// Records refused under `errors.tolerance=all`.
+    pub refused: u64,
 }
 
 /// Who returned a batch, for messages and dead-letter headers.
@@ -78,15 +54,24 @@ pub const HEADER_OVERHEAD: u64 = 32;
 /// The most headers one record may carry.
 pub const MAX_HEADERS: usize = 1024;
 
+fn part(span: Span) -> Part {
+    Part { start: span.start, len: span.len }
+}
+
 /// A batch's shared parts: its partitions and topics, each checked once however many
-/// records use it, and the bytes and headers its records name by span.
+/// records use it, the headers its records name by span, and where each partition and
+/// topic is in the batch being built.
 struct Shared {
     /// Each partition as given, and canonicalized or why it cannot be.
     partitions: Vec<(String, Result<Arc<str>, String>)>,
     /// Each topic as given, and why it cannot be used if it cannot.
     topics: Vec<(String, Result<Arc<str>, String>)>,
-    data: Bytes,
     headers: Vec<BatchHeader>,
+    /// The poll's data: what records name by span.
+    data_len: usize,
+    /// Each partition's and topic's index in the batch being built, once a record used it.
+    built_partitions: Vec<Option<u32>>,
+    built_topics: Vec<Option<u32>>,
 }
 
 impl Shared {
@@ -103,32 +88,13 @@ impl Shared {
         start..start.saturating_add(span.len as usize)
     }
 
-    /// The bytes `span` names, or why it names none: `what` is the record's part.
-    fn bytes(&self, span: Span, what: &str) -> Result<Bytes, String> {
-        let range = Self::range(span);
-        if range.end > self.data.len() {
-            return Err(format!(
-                "{what} span {}..{} is past the end of the batch's {} bytes of data",
-                range.start,
-                range.end,
-                self.data.len()
-            ));
-        }
-        Ok(self.data.slice(range))
-    }
-
-    /// The text `span` names, or why it names none.
-    fn text(&self, span: Span, what: &str) -> Result<Text, String> {
-        Text::from_utf8(self.bytes(span, what)?).map_err(|e| format!("{what} is not UTF-8 ({e})"))
-    }
-
     /// Best effort, for messages and dead-letter copies: the bytes if the span is valid.
-    fn bytes_or_none(&self, span: Span) -> Option<Bytes> {
-        self.bytes(span, "").ok()
+    fn bytes_or_none(data: &[u8], span: Span) -> Option<&[u8]> {
+        data.get(Self::range(span))
     }
 
-    fn lossy(&self, span: Span) -> String {
-        self.bytes_or_none(span).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+    fn lossy(data: &[u8], span: Span) -> String {
+        Self::bytes_or_none(data, span).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()
     }
 
     /// The headers of a record, or why its run names none.
@@ -144,10 +110,10 @@ impl Shared {
         })
     }
 
-    /// What a span counts toward the caps: its length when it is inside `data` (a span
+    /// What a span counts toward the caps: its length when it is inside the data (a span
     /// outside refuses its record anyway).
     fn size(&self, span: Span) -> u64 {
-        if Self::range(span).end <= self.data.len() { u64::from(span.len) } else { 0 }
+        if Self::range(span).end <= self.data_len { u64::from(span.len) } else { 0 }
     }
 
     /// Size of a record as `sandbox.record.max.bytes` counts it: key, value, each header's
@@ -160,23 +126,82 @@ impl Shared {
             + headers.iter().map(|h| self.size(h.key) + self.size(h.value) + HEADER_OVERHEAD).sum::<u64>()
             + RECORD_OVERHEAD
     }
+
+    /// The canonical partition a record names, or why it names none.
+    fn partition(&self, index: u32) -> Result<&Arc<str>, String> {
+        match self.partitions.get(index as usize) {
+            Some((_, Ok(canonical))) => Ok(canonical),
+            Some((_, Err(e))) => Err(e.clone()),
+            None => Err(format!("partition {index} is not one of the batch's {} partitions", self.partitions.len())),
+        }
+    }
+
+    /// The partition's index in the batch being built (added on first use).
+    fn built_partition(&mut self, index: u32, builder: &mut RecordBatchBuilder) -> u32 {
+        let slot = &mut self.built_partitions[index as usize];
+        match *slot {
+            Some(built) => built,
+            None => {
+                let canonical = self.partitions[index as usize].1.clone().expect("a checked partition");
+                *slot.insert(builder.partition(canonical))
+            }
+        }
+    }
+}
+
+/// Where the latest offset of each partition a batch advances is: the canonical partition
+/// (two of a batch's partitions may be the same one written differently) and the offset's
+/// span, in order of the partitions' first appearance.
+#[derive(Default)]
+struct Advanced {
+    latest: Vec<(Arc<str>, Span)>,
+}
+
+impl Advanced {
+    fn advance(&mut self, partition: &Arc<str>, offset: Span) {
+        // Most batches have one partition, or runs of the same one: the last is looked at first.
+        match self.latest.iter_mut().rev().find(|(p, _)| Arc::ptr_eq(p, partition) || **p == **partition) {
+            Some(entry) => entry.1 = offset,
+            None => self.latest.push((partition.clone(), offset)),
+        }
+    }
+
+    /// Every offset was checked to be an object of primitives, so canonicalizing it
+    /// cannot fail.
+    fn offsets(self, data: &[u8]) -> Vec<(String, String)> {
+        self.latest
+            .into_iter()
+            .filter_map(|(partition, offset)| {
+                let offset = std::str::from_utf8(Shared::bytes_or_none(data, offset)?).ok()?;
+                Some((partition.to_string(), canonical_object(offset).unwrap_or_else(|_| offset.to_string())))
+            })
+            .collect()
+    }
 }
 
 /// Checks a whole `poll` batch: the batch cap (always fatal; partitions, topics and
 /// offsets count too), then each record (its headers, size, partition, offset, topic and
 /// the spans of its bytes). A bad record fails the task with the record named, or, under
-/// `errors.tolerance=all`, becomes [`Polled::Refused`]. Returns the entries in order and
-/// how many were refused. The records share the batch's bytes: nothing is copied.
+/// `errors.tolerance=all`, is refused: its offset, when it has a valid one, is committed
+/// in order (so a restart does not meet it again), and a copy goes to the dead-letter
+/// topic when one is set. The records name the batch's bytes: nothing is copied.
 pub fn check_batch(
     batch: PollBatch,
     sandbox: &SandboxSettings,
     errors: &ErrorHandling,
     now_ms: i64,
     source: &Source,
-) -> Result<(Vec<Polled>, u64), String> {
+) -> Result<Checked, String> {
     let Source { connector, task } = *source;
     let PollBatch { partitions, topics, data, headers, records, done: _ } = batch;
-    let mut shared = Shared { partitions: Vec::new(), topics: Vec::new(), data: Bytes::from(data), headers };
+    let mut shared = Shared {
+        partitions: Vec::new(),
+        topics: Vec::new(),
+        data_len: data.len(),
+        built_partitions: vec![None; partitions.len()],
+        built_topics: vec![None; topics.len()],
+        headers,
+    };
     let size: u64 = records.iter().map(|r| shared.record_size(r) + shared.size(r.offset)).sum::<u64>()
         + partitions.iter().chain(&topics).map(|text| text.len() as u64 + RECORD_OVERHEAD).sum::<u64>();
     if size > sandbox.batch_max_bytes {
@@ -201,7 +226,8 @@ pub fn check_batch(
             (raw, checked)
         })
         .collect();
-    let mut polled = Vec::with_capacity(records.len());
+    let mut builder = RecordBatchBuilder::new(data).with_capacity(records.len(), shared.headers.len());
+    let mut advanced = Advanced::default();
     let mut refused = 0;
     for (index, record) in records.iter().enumerate() {
         let size = shared.record_size(record);
@@ -215,11 +241,11 @@ pub fn check_batch(
                 human_bytes(sandbox.record_max_bytes)
             ))
         } else {
-            check_record(record, now_ms, &shared)
+            check_record(record, now_ms, &mut shared, &mut builder)
                 .map_err(|reason| format!("record {index} of the poll batch refused: {reason}"))
         };
         match checked {
-            Ok(entry) => polled.push(entry),
+            Ok(()) => advanced.advance(shared.partition(record.partition)?, record.offset),
             Err(reason) if !errors.tolerate_all => {
                 return Err(format!("connector '{connector}' task {task}: {reason}"));
             }
@@ -228,150 +254,149 @@ pub fn check_batch(
                     tracing::warn!(connector, task, "skipped a record (errors.tolerance=all): {reason}");
                 }
                 refused += 1;
-                polled.push(refuse(record, &shared, &reason, errors, sandbox, now_ms, source));
+                let data = builder.data();
+                let offset_is_valid = Shared::bytes_or_none(data, record.offset)
+                    .and_then(|offset| std::str::from_utf8(offset).ok())
+                    .is_some_and(|offset| check_object(offset).is_ok());
+                let commits = match shared.partition(record.partition) {
+                    Ok(partition) if offset_is_valid => {
+                        advanced.advance(partition, record.offset);
+                        true
+                    }
+                    _ => false,
+                };
+                if let Some(copy) =
+                    dead_letter(record, &shared, data, commits, &reason, errors, sandbox, now_ms, source)
+                {
+                    builder.push_record(&copy);
+                }
             }
         }
     }
-    Ok((polled, refused))
+    let offsets = advanced.offsets(builder.data());
+    Ok(Checked { records: builder.finish(), offsets, refused })
 }
 
-/// A refused record: its offset if it has a valid partition and offset, and its copy for
-/// the dead-letter topic, cut to fit the record cap.
-fn refuse(
+/// The dead-letter copy of a refused record (when a dead-letter topic is set), cut to fit
+/// the record cap. It carries the record's partition and offset when both are valid
+/// (`commits`), `{}` otherwise.
+#[allow(clippy::too_many_arguments)]
+fn dead_letter(
     record: &BatchRecord,
     shared: &Shared,
+    data: &[u8],
+    commits: bool,
     reason: &str,
     errors: &ErrorHandling,
     sandbox: &SandboxSettings,
     now_ms: i64,
     source: &Source,
-) -> Polled {
+) -> Option<Record> {
+    let topic = errors.dead_letter_topic.as_ref()?;
     let partition_text = shared.partition_text(record.partition).unwrap_or_default();
-    let offset = shared.text(record.offset, "offset").ok();
-    let commit = shared
-        .partitions
-        .get(record.partition as usize)
-        .and_then(|(_, canonical)| canonical.as_ref().ok())
-        .zip(offset.filter(|offset| check_object(offset).is_ok()))
-        .map(|(partition, offset)| (partition.clone(), offset));
-    let dead_letter = errors.dead_letter_topic.as_ref().map(|topic| {
-        const MESSAGE: &str = "__connect.errors.exception.message";
-        const TRUNCATED: &str = "__connect.errors.truncated";
-        let mut headers: Vec<(String, Vec<u8>)> = vec![
-            ("__connect.errors.connector.name".into(), source.connector.as_bytes().to_vec()),
-            ("__connect.errors.task.id".into(), source.task.to_string().into_bytes()),
-            ("__connect.errors.stage".into(), b"TASK_POLL".to_vec()),
-            ("__connect.errors.source.partition".into(), shorten(partition_text).into_bytes()),
-            ("__connect.errors.source.offset".into(), shorten(&shared.lossy(record.offset)).into_bytes()),
-        ];
-        if let Some(original) = record.topic.and_then(|t| shared.topic_text(t)) {
-            headers.push(("__connect.errors.topic".into(), shorten(original).into_bytes()));
-        }
-        let size = |headers: &[(String, Vec<u8>)]| headers.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
-        // Even the reason gives way to the cap, however small the cap.
-        let fixed = size(&headers) + (MESSAGE.len() + TRUNCATED.len() + 4) as u64;
-        let mut message = reason.as_bytes().to_vec();
-        message.truncate(sandbox.record_max_bytes.saturating_sub(fixed) as usize);
-        headers.push((MESSAGE.into(), message));
-        let mut room = sandbox.record_max_bytes.saturating_sub(size(&headers) + (TRUNCATED.len() + 4) as u64);
-        let mut truncated = false;
-        for header in shared.headers.get(Shared::range(record.headers)).unwrap_or_default() {
-            let (key, value) = (shared.lossy(header.key), shared.bytes_or_none(header.value).unwrap_or_default());
-            let size = (key.len() + value.len()) as u64;
-            if size <= room {
-                room -= size;
-                headers.push((key, value.to_vec()));
-            } else {
-                truncated = true;
-            }
-        }
-        let mut cut = |bytes: Option<Bytes>| {
-            bytes.map(|mut bytes| {
-                if bytes.len() as u64 > room {
-                    bytes.truncate(room as usize);
-                    truncated = true;
-                }
-                room -= bytes.len() as u64;
-                bytes
-            })
-        };
-        let key = cut(record.key.and_then(|s| shared.bytes_or_none(s)));
-        let value = cut(record.value.and_then(|s| shared.bytes_or_none(s)));
-        if truncated {
-            headers.push((TRUNCATED.into(), b"true".to_vec()));
-        }
-        let (partition, offset) = commit.clone().unwrap_or_else(|| (Arc::from("{}"), Text::from("{}")));
-        Record {
-            topic: Arc::from(topic.as_str()),
-            partition,
-            offset,
-            key,
-            value,
-            headers: headers.into_iter().map(|(k, v)| (Text::from(k), Bytes::from(v))).collect(),
-            timestamp_ms: record.timestamp.unwrap_or(now_ms),
-        }
-    });
-    Polled::Refused { commit, dead_letter }
-}
-
-/// Checks one record from `poll` and makes the host's record of it (sharing the batch's
-/// bytes), or says why it is refused. Its partition and topic were checked once for the
-/// batch (`shared`); offsets are only checked here, and canonicalized when committed
-/// ([`latest_offsets`]).
-fn check_record(record: &BatchRecord, now_ms: i64, shared: &Shared) -> Result<Polled, String> {
-    let partition = match shared.partitions.get(record.partition as usize) {
-        Some((_, Ok(canonical))) => canonical.clone(),
-        Some((_, Err(e))) => return Err(e.clone()),
-        None => {
-            return Err(format!(
-                "partition {} is not one of the batch's {} partitions",
-                record.partition,
-                shared.partitions.len()
-            ));
-        }
-    };
-    let offset = shared.text(record.offset, "offset")?;
-    if let Err(e) = check_object(&offset) {
-        return Err(format!("offset is {e}"));
+    const MESSAGE: &str = "__connect.errors.exception.message";
+    const TRUNCATED: &str = "__connect.errors.truncated";
+    let mut headers: Vec<(String, Vec<u8>)> = vec![
+        ("__connect.errors.connector.name".into(), source.connector.as_bytes().to_vec()),
+        ("__connect.errors.task.id".into(), source.task.to_string().into_bytes()),
+        ("__connect.errors.stage".into(), b"TASK_POLL".to_vec()),
+        ("__connect.errors.source.partition".into(), shorten(partition_text).into_bytes()),
+        ("__connect.errors.source.offset".into(), shorten(&Shared::lossy(data, record.offset)).into_bytes()),
+    ];
+    if let Some(original) = record.topic.and_then(|t| shared.topic_text(t)) {
+        headers.push(("__connect.errors.topic".into(), shorten(original).into_bytes()));
     }
-    let Some(topic_index) = record.topic else {
-        return Ok(Polled::OffsetOnly { partition, offset });
+    let size = |headers: &[(String, Vec<u8>)]| headers.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
+    // Even the reason gives way to the cap, however small the cap.
+    let fixed = size(&headers) + (MESSAGE.len() + TRUNCATED.len() + 4) as u64;
+    let mut message = reason.as_bytes().to_vec();
+    message.truncate(sandbox.record_max_bytes.saturating_sub(fixed) as usize);
+    headers.push((MESSAGE.into(), message));
+    let mut room = sandbox.record_max_bytes.saturating_sub(size(&headers) + (TRUNCATED.len() + 4) as u64);
+    let mut truncated = false;
+    for header in shared.headers.get(Shared::range(record.headers)).unwrap_or_default() {
+        let (key, value) =
+            (Shared::lossy(data, header.key), Shared::bytes_or_none(data, header.value).unwrap_or_default());
+        let size = (key.len() + value.len()) as u64;
+        if size <= room {
+            room -= size;
+            headers.push((key, value.to_vec()));
+        } else {
+            truncated = true;
+        }
+    }
+    let mut cut = |bytes: Option<&[u8]>| {
+        bytes.map(|bytes| {
+            let kept = &bytes[..bytes.len().min(room as usize)];
+            truncated |= kept.len() < bytes.len();
+            room -= kept.len() as u64;
+            Bytes::copy_from_slice(kept)
+        })
     };
-    let topic = match shared.topics.get(topic_index as usize) {
-        Some((_, Ok(topic))) => topic.clone(),
-        Some((_, Err(reason))) => return Err(reason.clone()),
-        None => return Err(format!("topic {topic_index} is not one of the batch's {} topics", shared.topics.len())),
+    let key = cut(record.key.and_then(|s| Shared::bytes_or_none(data, s)));
+    let value = cut(record.value.and_then(|s| Shared::bytes_or_none(data, s)));
+    if truncated {
+        headers.push((TRUNCATED.into(), b"true".to_vec()));
+    }
+    let (partition, offset) = match commits {
+        true => (
+            shared.partition(record.partition).expect("a committing record's partition is valid").clone(),
+            Text::from(Shared::lossy(data, record.offset)),
+        ),
+        false => (Arc::from("{}"), Text::from("{}")),
     };
-    let key = record.key.map(|span| shared.bytes(span, "key")).transpose()?;
-    let value = record.value.map(|span| shared.bytes(span, "value")).transpose()?;
-    let headers = shared
-        .header_run(record.headers)?
-        .iter()
-        .map(|h| Ok((shared.text(h.key, "header key")?, shared.bytes(h.value, "header value")?)))
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok(Polled::Record(Record {
-        topic,
+    Some(Record {
+        topic: Arc::from(topic.as_str()),
         partition,
         offset,
         key,
         value,
-        headers,
+        headers: headers.into_iter().map(|(k, v)| (Text::from(k), Bytes::from(v))).collect(),
         timestamp_ms: record.timestamp.unwrap_or(now_ms),
-    }))
+    })
 }
 
-/// The last offset of each partition in a batch, in order of first appearance: what
-/// delivering the batch lets us commit.
-pub fn latest_offsets(polled: &[Polled]) -> Vec<(String, String)> {
-    let mut latest: Vec<(&str, &str)> = Vec::new();
-    for (partition, offset) in polled.iter().filter_map(Polled::commits) {
-        match latest.iter_mut().find(|(p, _)| *p == partition) {
-            Some(entry) => entry.1 = offset,
-            None => latest.push((partition, offset)),
-        }
+/// Checks one record from `poll` and adds it to the batch being built (naming the poll's
+/// bytes), or says why it is refused. Its partition and topic were checked once for the
+/// batch (`shared`); offsets are only checked here, and canonicalized when committed. An
+/// offset-only record (no topic) adds nothing but its offset.
+fn check_record(
+    record: &BatchRecord,
+    now_ms: i64,
+    shared: &mut Shared,
+    builder: &mut RecordBatchBuilder,
+) -> Result<(), String> {
+    shared.partition(record.partition)?;
+    let offset = builder.text(part(record.offset), "offset")?;
+    if let Err(e) = check_object(offset) {
+        return Err(format!("offset is {e}"));
     }
-    // Every offset was checked to be an object of primitives, so this cannot fail.
-    latest.into_iter().map(|(p, o)| (p.to_string(), canonical_object(o).unwrap_or_else(|_| o.to_string()))).collect()
+    let Some(topic_index) = record.topic else {
+        return Ok(());
+    };
+    let topic = match shared.topics.get(topic_index as usize) {
+        Some((_, Ok(_))) => match shared.built_topics[topic_index as usize] {
+            Some(built) => built,
+            None => {
+                let topic = shared.topics[topic_index as usize].1.clone().expect("a checked topic");
+                *shared.built_topics[topic_index as usize].insert(builder.topic(topic))
+            }
+        },
+        Some((_, Err(reason))) => return Err(reason.clone()),
+        None => return Err(format!("topic {topic_index} is not one of the batch's {} topics", shared.topics.len())),
+    };
+    shared.header_run(record.headers)?;
+    let partition = shared.built_partition(record.partition, builder);
+    let headers = shared.header_run(record.headers)?.iter().map(|h| (part(h.key), part(h.value)));
+    builder.push(
+        topic,
+        partition,
+        part(record.offset),
+        record.key.map(part),
+        record.value.map(part),
+        headers,
+        record.timestamp.unwrap_or(now_ms),
+    )
 }
 
 #[cfg(test)]
@@ -389,22 +414,19 @@ mod tests {
     }
 
     #[test]
-    fn latest_offsets_keep_the_last_offset_of_each_partition() {
-        let record = |p: &str, o: &str| Record {
-            topic: "t".into(),
-            partition: p.into(),
-            offset: o.into(),
-            key: None,
-            value: None,
-            headers: vec![],
-            timestamp_ms: 0,
-        };
-        let batch = [
-            Polled::Record(record("a", "1")),
-            Polled::Record(record("b", "1")),
-            Polled::OffsetOnly { partition: "a".into(), offset: "2".into() },
-        ];
-        assert_eq!(latest_offsets(&batch), [("a".to_string(), "2".to_string()), ("b".to_string(), "1".to_string())]);
+    fn offsets_are_the_last_of_each_partition_offset_only_records_included() {
+        let only_offset = SourceRecord { topic: None, ..source_record(r#"{"p":"a"}"#, r#"{"n": 3}"#, 1) };
+        let batch = PollBatch::from_records(vec![
+            source_record(r#"{"p":"a"}"#, r#"{"n":1}"#, 1),
+            source_record(r#"{"p":"b"}"#, r#"{"n":1}"#, 1),
+            only_offset,
+        ]);
+        let source = Source { connector: "c", task: 0 };
+        let checked = check_batch(batch, &SandboxSettings::default(), &ErrorHandling::default(), 0, &source).unwrap();
+        let owned = |(p, o): (&str, &str)| (p.to_string(), o.to_string());
+        // In order of first appearance, canonical (no space), the offset-only record's last.
+        assert_eq!(checked.offsets, [owned((r#"{"p":"a"}"#, r#"{"n":3}"#)), owned((r#"{"p":"b"}"#, r#"{"n":1}"#))]);
+        assert_eq!(checked.records.len(), 2, "an offset-only record delivers nothing");
     }
 
     fn source_record(partition: &str, offset: &str, value_bytes: usize) -> SourceRecord {
@@ -446,7 +468,7 @@ mod tests {
         let data = br#"{"n":1}hello"#;
         let header = BatchHeader { key: Span { start: 7, len: 2 }, value: Span { start: 9, len: 3 } };
         let batch = packed(data, (0, 7), Some((7, 5)), vec![header]);
-        let (polled, refused) = check_batch(
+        let checked = check_batch(
             batch,
             &SandboxSettings::default(),
             &ErrorHandling::default(),
@@ -454,10 +476,10 @@ mod tests {
             &Source { connector: "c", task: 0 },
         )
         .unwrap();
-        assert_eq!(refused, 0);
-        let Polled::Record(record) = &polled[0] else { panic!("{polled:?}") };
-        assert_eq!((record.offset.as_str(), record.value.as_deref()), (r#"{"n":1}"#, Some(b"hello".as_slice())));
-        assert_eq!(record.headers, [(Text::from("he"), bytes::Bytes::from_static(b"llo"))]);
+        assert_eq!(checked.refused, 0);
+        let record = checked.records.get(0).unwrap();
+        assert_eq!((record.offset, record.value), (r#"{"n":1}"#, Some(b"hello".as_slice())));
+        assert_eq!(record.headers().collect::<Vec<_>>(), [("he", b"llo".as_slice())]);
     }
 
     #[test]
@@ -498,26 +520,31 @@ mod tests {
     fn a_bad_record_fails_the_batch_unless_errors_are_tolerated() {
         let sandbox = SandboxSettings { record_max_bytes: 400, ..SandboxSettings::default() };
         let source = Source { connector: "c", task: 2 };
-        let batch = || {
-            PollBatch::from_records(vec![
+        let sources = || {
+            vec![
                 source_record(r#"{"p":1}"#, r#"{"n":1}"#, 10),
                 source_record(r#"{"p":1}"#, r#"{"n":2}"#, 1000),
                 source_record("not json", r#"{"n":3}"#, 10),
                 source_record(r#"{"p":1}"#, r#"{"n":4}"#, 10),
-            ])
+            ]
         };
+        let batch = || PollBatch::from_records(sources());
         let error = check_batch(batch(), &sandbox, &ErrorHandling::default(), 0, &source).unwrap_err();
         assert!(error.starts_with("connector 'c' task 2: record 1 of 1065 bytes exceeds"), "{error}");
 
         let errors = ErrorHandling { tolerate_all: true, dead_letter_topic: Some("dlq".into()), log: false };
-        let (polled, refused) = check_batch(batch(), &sandbox, &errors, 0, &source).unwrap();
-        assert_eq!(refused, 2);
-        // The oversized record's offset is committed in order; the bad partition's cannot be.
-        let commits: Vec<_> = polled.iter().map(|p| p.commits().map(|(_, o)| o.to_string())).collect();
-        assert_eq!(commits, [Some(r#"{"n":1}"#.into()), Some(r#"{"n":2}"#.into()), None, Some(r#"{"n":4}"#.into())]);
-        assert_eq!(latest_offsets(&polled), [(r#"{"p":1}"#.to_string(), r#"{"n":4}"#.to_string())]);
-        let Polled::Refused { dead_letter: Some(copy), .. } = &polled[1] else { panic!("{:?}", polled[1]) };
-        assert_eq!(&*copy.topic, "dlq");
+        let checked = check_batch(batch(), &sandbox, &errors, 0, &source).unwrap();
+        assert_eq!(checked.refused, 2);
+        assert_eq!(checked.offsets, [(r#"{"p":1}"#.to_string(), r#"{"n":4}"#.to_string())]);
+        // The oversized record's offset is committed in order (when it is the batch's
+        // last, its offset is the one committed); the bad partition's cannot be.
+        let last_refused = PollBatch::from_records(sources().into_iter().take(2).collect());
+        let checked_last = check_batch(last_refused, &sandbox, &errors, 0, &source).unwrap();
+        assert_eq!(checked_last.offsets, [(r#"{"p":1}"#.to_string(), r#"{"n":2}"#.to_string())]);
+        let delivered = checked.records.to_records();
+        let copy = &delivered[1];
+        assert_eq!((&*copy.topic, &*copy.partition, copy.offset.as_str()), ("dlq", r#"{"p":1}"#, r#"{"n":2}"#));
+        assert_eq!((&*delivered[2].partition, delivered[2].offset.as_str()), ("{}", "{}"));
         let size = copy.key.as_ref().map_or(0, |b| b.len())
             + copy.value.as_ref().map_or(0, |b| b.len())
             + copy.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
@@ -529,7 +556,6 @@ mod tests {
         assert_eq!(header("__connect.errors.truncated").as_deref(), Some("true"));
         assert_eq!(header("__connect.errors.task.id").as_deref(), Some("2"));
         assert_eq!(header("__connect.errors.source.partition").as_deref(), Some(r#"{"p":1}"#));
-        let delivered: Vec<Record> = polled.into_iter().filter_map(Polled::into_delivered).collect();
         assert_eq!(delivered.iter().map(|r| &*r.topic).collect::<Vec<_>>(), ["t", "dlq", "dlq", "t"]);
     }
 }

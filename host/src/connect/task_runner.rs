@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use super::lane::Lane;
 use super::metrics::TaskCounters;
-use super::records::{Polled, Source, check_batch, latest_offsets};
+use super::records::{Checked, Source, check_batch};
 use super::services::{Services, StopSignal, stopped, unless_stopped, wake_after};
 use crate::config::{ConnectorSettings, RestartPolicy, SandboxSettings};
 use crate::destinations::{Destination, RetriableDelivery};
@@ -23,7 +23,7 @@ use crate::runtime::bindings::{ConnectorError, PollBatch};
 use crate::runtime::plugin_log::escape_controls;
 use crate::runtime::sandbox::{CallError, describe_connector_error, human_bytes};
 use crate::runtime::{Pairs, Plugin, PluginInstance};
-use crate::storage::{Namespace, Record, State};
+use crate::storage::{Namespace, RecordBatch, State};
 
 /// Everything one task needs, fixed for its lifetime.
 pub struct TaskSpec {
@@ -261,7 +261,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 idle = Duration::ZERO;
                 idling = None;
                 let (counted, outgoing) = match batch {
-                    Batch::Checked(CheckedBatch { records, offsets, refused }) => {
+                    Batch::Checked(Checked { records, offsets, refused }) => {
                         if refused > 0 {
                             board.add_refused(&spec.namespace, spec.task, refused);
                         }
@@ -409,16 +409,8 @@ struct Prepared {
 /// What a poll returned that is to be delivered, checked on the task's thread or not yet
 /// (see [`Destination::checks_beside_delivery`]).
 enum Batch {
-    Checked(CheckedBatch),
+    Checked(Checked),
     Unchecked(PollBatch),
-}
-
-struct CheckedBatch {
-    records: Vec<Record>,
-    /// The latest offset of each partition the batch advances.
-    offsets: Vec<(String, String)>,
-    /// Records refused under `errors.tolerance=all`.
-    refused: u64,
 }
 
 /// Checks what a poll returned, or says why the task fails: a trap, a non-retriable
@@ -456,12 +448,8 @@ fn check_records(
     settings: &ConnectorSettings,
     connector: &str,
     task: u32,
-) -> Result<CheckedBatch, String> {
-    let source = Source { connector, task };
-    let (checked, refused) = check_batch(batch, &settings.sandbox, &settings.errors, now_ms(), &source)?;
-    let offsets = latest_offsets(&checked);
-    let records = checked.into_iter().filter_map(Polled::into_delivered).collect();
-    Ok(CheckedBatch { records, offsets, refused })
+) -> Result<Checked, String> {
+    check_batch(batch, &settings.sandbox, &settings.errors, now_ms(), &Source { connector, task })
 }
 
 /// What a delivery sends: records checked on the task's thread with the offsets they
@@ -472,7 +460,7 @@ fn check_records(
 /// settles, with nothing of it delivered (it halts the lane, so nothing queued after it is
 /// written either, and the poll after it is dropped undelivered).
 enum Outgoing {
-    Checked { records: Vec<Record>, offsets: Vec<(String, String)> },
+    Checked { records: RecordBatch, offsets: Vec<(String, String)> },
     Unchecked(PollBatch),
 }
 
@@ -577,7 +565,7 @@ enum Attempt {
     /// The destination is away for now: the batch, kept for another try.
     Retry {
         error: anyhow::Error,
-        records: Vec<Record>,
+        records: RecordBatch,
         offsets: Vec<(String, String)>,
     },
     /// The checks refused a record (named in the trace).
@@ -601,7 +589,7 @@ fn delivery_work(
         let (records, offsets) = match outgoing {
             Outgoing::Checked { records, offsets } => (records, offsets),
             Outgoing::Unchecked(batch) => match check_records(batch, &settings, &namespace.connector, task) {
-                Ok(CheckedBatch { records, offsets, refused }) => {
+                Ok(Checked { records, offsets, refused }) => {
                     if refused > 0 {
                         statuses.add_refused(&namespace, task, refused);
                     }

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::storage::Record;
+use crate::storage::{Record, RecordRef};
 
 /// Bytes as JSON: a string when they are UTF-8, else `{"base16": "..."}`.
 pub fn bytes_json(bytes: &[u8]) -> serde_json::Value {
@@ -31,7 +31,7 @@ pub fn record_json(record: &Record) -> serde_json::Value {
 /// destination's path, once per record). Partition and offset are written as the text they
 /// are: both were checked to be JSON objects before the record got here, and the topic to
 /// be `[a-zA-Z0-9._-]`, which needs no escaping.
-pub fn write_record_json(out: &mut impl std::io::Write, record: &Record) -> std::io::Result<()> {
+pub fn write_record_json(out: &mut impl std::io::Write, record: &RecordRef) -> std::io::Result<()> {
     fn bytes(out: &mut impl std::io::Write, bytes: Option<&[u8]>) -> std::io::Result<()> {
         match bytes {
             None => out.write_all(b"null"),
@@ -53,11 +53,11 @@ pub fn write_record_json(out: &mut impl std::io::Write, record: &Record) -> std:
     out.write_all(b",\"offset\":")?;
     out.write_all(record.offset.as_bytes())?;
     out.write_all(b",\"key\":")?;
-    bytes(out, record.key.as_deref())?;
+    bytes(out, record.key)?;
     out.write_all(b",\"value\":")?;
-    bytes(out, record.value.as_deref())?;
+    bytes(out, record.value)?;
     out.write_all(b",\"headers\":[")?;
-    for (index, (key, value)) in record.headers.iter().enumerate() {
+    for (index, (key, value)) in record.headers().enumerate() {
         out.write_all(if index == 0 { b"{\"key\":" } else { b",{\"key\":" })?;
         bytes(out, Some(key.as_bytes()))?;
         out.write_all(b",\"value\":")?;
@@ -82,6 +82,14 @@ fn plain_ascii(bytes: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::RecordBatch;
+
+    fn streamed(record: &Record) -> Vec<u8> {
+        let batch = RecordBatch::from_records([record]);
+        let mut out = Vec::new();
+        write_record_json(&mut out, &batch.get(0).unwrap()).unwrap();
+        out
+    }
 
     #[test]
     fn streamed_record_json_equals_the_value_form() {
@@ -94,10 +102,9 @@ mod tests {
             headers: vec![("h".into(), b"v".to_vec().into())],
             timestamp_ms: 5,
         };
-        let mut out = Vec::new();
-        write_record_json(&mut out, &record).unwrap();
-        let streamed: Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(streamed, record_json(&record));
+        let out = streamed(&record);
+        let as_value: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(as_value, record_json(&record));
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
@@ -106,8 +113,7 @@ mod tests {
         // Whatever is not plain ASCII takes serde_json's path and reads back the same.
         for value in ["plain line", "", "tab\there", "quote \" and \\", "del \u{7f}", "é ü 漢", "ctl \u{1}"] {
             let record = Record { value: Some(value.as_bytes().to_vec().into()), ..record.clone() };
-            let mut out = Vec::new();
-            write_record_json(&mut out, &record).unwrap();
+            let out = streamed(&record);
             assert_eq!(serde_json::from_slice::<Value>(&out).unwrap(), record_json(&record), "{value:?}");
             assert_eq!(
                 plain_ascii(value.as_bytes()),
@@ -115,8 +121,7 @@ mod tests {
             );
         }
         let bare = Record { key: None, value: None, headers: vec![], ..record };
-        let mut out = Vec::new();
-        write_record_json(&mut out, &bare).unwrap();
+        let out = streamed(&bare);
         assert_eq!(serde_json::from_slice::<Value>(&out).unwrap(), record_json(&bare));
     }
 }

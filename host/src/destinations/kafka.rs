@@ -32,7 +32,7 @@ use crate::config::{DEFAULT_TENANT, KafkaConfig, KafkaSettings};
 use crate::storage::kafka::{
     KafkaBackend, KafkaLog, admin_client, client_config, existing_topics, offset_key, qualified_name,
 };
-use crate::storage::{Namespace, OffsetStore, Record};
+use crate::storage::{Namespace, OffsetStore, RecordBatch};
 
 /// How long a record may wait for its acknowledgement before the batch is retried (the
 /// producer's `message.timeout.ms` unless overridden).
@@ -190,21 +190,21 @@ fn is_retriable(code: RDKafkaErrorCode) -> bool {
 /// their delivery futures.
 fn send_all(
     producer: &FutureProducer<KafkaLog>,
-    records: &[Record],
+    records: &RecordBatch,
     topics: &[String],
 ) -> anyhow::Result<Vec<DeliveryFuture>> {
     let mut deliveries = Vec::with_capacity(records.len());
     for (record, topic) in records.iter().zip(topics) {
-        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-        for (key, value) in &record.headers {
-            headers = headers.insert(Header { key: key.as_str(), value: Some(value.as_ref()) });
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers().len());
+        for (key, value) in record.headers() {
+            headers = headers.insert(Header { key, value: Some(value) });
         }
         let mut message = FutureRecord::<[u8], [u8]>::to(topic).headers(headers).timestamp(record.timestamp_ms);
-        if let Some(key) = &record.key {
-            message = message.key(key.as_ref());
+        if let Some(key) = record.key {
+            message = message.key(key);
         }
-        if let Some(value) = &record.value {
-            message = message.payload(value.as_ref());
+        if let Some(value) = record.value {
+            message = message.payload(value);
         }
         deliveries.push(send_one(producer, message)?);
     }
@@ -252,7 +252,7 @@ impl Destination for KafkaDestination {
         Ok(())
     }
 
-    fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()> {
+    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()> {
         self.at_least_once()?.deliver(ns, records, offsets)
     }
 }
@@ -275,7 +275,7 @@ impl AtLeastOnceTask {
     /// Sends `records` until Kafka has taken every one (after the producer's own retries
     /// for `message.timeout.ms`, the whole batch again, in order: at-least-once), for
     /// [`RESEND_FOR`] at most.
-    fn send_until_taken(&self, records: &[Record], topics: &[String]) -> anyhow::Result<()> {
+    fn send_until_taken(&self, records: &RecordBatch, topics: &[String]) -> anyhow::Result<()> {
         let started = std::time::Instant::now();
         let mut attempt = 0u32;
         loop {
@@ -304,8 +304,8 @@ impl AtLeastOnceTask {
 }
 
 impl Destination for AtLeastOnceTask {
-    fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()> {
-        let topics: Vec<String> = records.iter().map(|r| self.topics.name(&r.topic)).collect();
+    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()> {
+        let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
         self.send_until_taken(records, &topics)?;
         self.offsets.commit_offsets(ns, offsets).map_err(|e| RetriableDelivery::wrap(format!("{e:#}")))
@@ -461,8 +461,8 @@ fn classify(id: &str, error: KafkaError) -> anyhow::Error {
 }
 
 impl Destination for TransactionalTask {
-    fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()> {
-        let topics: Vec<String> = records.iter().map(|r| self.topics.name(&r.topic)).collect();
+    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()> {
+        let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
         let mut state = self.state.lock().unwrap();
         if state.open.is_none() {

@@ -17,10 +17,10 @@ use std::io::Write;
 use std::sync::Arc;
 
 use crate::config::{ConnectorConfig, ConnectorSettings, DestinationKind, WorkerConfig};
-use crate::storage::{Namespace, OffsetStore, Record, RecordLog, Stores};
+use crate::storage::{Namespace, OffsetStore, RecordBatch, RecordLog, Stores};
 
 pub trait Destination: Send + Sync {
-    fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()>;
+    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()>;
 
     /// A destination of its own for one task instance (a transactional producer whose
     /// start fences the task's previous instance), or `None` to share this one.
@@ -56,7 +56,7 @@ pub struct Local {
 }
 
 impl Destination for Local {
-    fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()> {
+    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()> {
         self.log.append_with_offsets(ns, records, offsets)
     }
 }
@@ -70,12 +70,12 @@ impl Destination for Stdout {
         true
     }
 
-    fn deliver(&self, ns: &Namespace, records: &[Record], offsets: &[(String, String)]) -> anyhow::Result<()> {
+    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()> {
         {
             let mut out = std::io::stdout().lock();
             let mut out = std::io::BufWriter::with_capacity(256 << 10, &mut out);
-            for record in records {
-                json::write_record_json(&mut out, record)?;
+            for record in records.iter() {
+                json::write_record_json(&mut out, &record)?;
             }
             out.flush()?;
         }

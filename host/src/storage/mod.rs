@@ -6,6 +6,7 @@
 //! Also owns the data directory's layout ([`DataDir`]) and the canonical JSON form of
 //! partitions and offsets ([`json`]). Uses only the config layer.
 
+mod batch;
 pub mod json;
 pub mod kafka;
 mod model;
@@ -18,6 +19,7 @@ use anyhow::Context;
 
 use crate::config::{StorageKind, WorkerConfig};
 
+pub use batch::{Part, RecordBatch, RecordBatchBuilder, RecordRef};
 pub use model::{ConnectorState, ConnectorStatus, Record, State, StoredRecord, TargetState, TaskStatus, Text};
 
 /// Everything a connector owns is scoped by tenant and connector name.
@@ -87,7 +89,7 @@ pub trait RecordLog: OffsetStore {
     fn append_with_offsets(
         &self,
         ns: &Namespace,
-        records: &[Record],
+        records: &RecordBatch,
         offsets: &[(String, String)],
     ) -> anyhow::Result<()>;
     /// (topic, record count) of a tenant.

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-/// A record after the host checked it: partition and offset in canonical JSON (keys
-/// sorted, see [`super::json`]), so that equal partitions are equal strings. Its parts
-/// share the buffers of the batch it came in (the topic and partition, every record of
-/// the batch; the bytes, the batch's `data`): checking a batch copies no record's bytes.
+/// A record on its own: one read back from the local log, a dead-letter copy, or a copy
+/// of one of a [`super::RecordBatch`]'s records (which is how records travel from a poll
+/// to a destination). Partition in canonical JSON (keys sorted, see [`super::json`]), so
+/// that equal partitions are equal strings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
     pub topic: Arc<str>,

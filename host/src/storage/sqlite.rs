@@ -22,7 +22,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::model::{ConnectorStatus, Record, StoredRecord, TargetState, Text};
-use super::{ConfigStore, Namespace, OffsetStore, RecordLog, StatusStore, StoredConnector};
+use super::{ConfigStore, Namespace, OffsetStore, RecordBatch, RecordLog, StatusStore, StoredConnector};
 
 pub struct SqliteStore {
     writer: Mutex<Connection>,
@@ -294,7 +294,7 @@ fn upsert_offsets(
 fn append(
     conn: &mut Connection,
     ns: &Namespace,
-    records: &[Record],
+    records: &RecordBatch,
     offsets: &[(String, String)],
 ) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -322,30 +322,30 @@ fn append(
         let (mut body, mut offset_delta, mut body_delta) = (Vec::new(), Vec::new(), Vec::new());
         let mut largest_key: Option<i64> =
             tx.prepare_cached("SELECT max(id) FROM log")?.query_row([], |row| row.get(0))?;
-        for record in records {
-            let topic = match topics.iter().position(|(name, ..)| *name == &*record.topic) {
+        for record in records.iter() {
+            let topic = match topics.iter().position(|(name, ..)| *name == record.topic) {
                 Some(index) => index,
                 None => {
                     let found = topic_of
-                        .query_row(params![ns.tenant, &*record.topic], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .query_row(params![ns.tenant, record.topic], |r| Ok((r.get(0)?, r.get(1)?)))
                         .optional()?;
                     let (id, next) = match found {
                         Some(found) => found,
-                        None => (new_topic.query_row(params![ns.tenant, &*record.topic], |r| r.get(0))?, 0),
+                        None => (new_topic.query_row(params![ns.tenant, record.topic], |r| r.get(0))?, 0),
                     };
-                    topics.push((&record.topic, id, next, None, Vec::new()));
+                    topics.push((record.topic, id, next, None, Vec::new()));
                     topics.len() - 1
                 }
             };
-            let source = match sources.iter().find(|(partition, _)| *partition == &*record.partition) {
+            let source = match sources.iter().find(|(partition, _)| *partition == record.partition) {
                 Some((_, id)) => *id,
                 None => {
-                    let key = params![ns.tenant, ns.connector, &*record.partition];
+                    let key = params![ns.tenant, ns.connector, record.partition];
                     let id = match source_of.query_row(key, |r| r.get(0)).optional()? {
                         Some(id) => id,
                         None => new_source.query_row(key, |r| r.get(0))?,
                     };
-                    sources.push((&record.partition, id));
+                    sources.push((record.partition, id));
                     id
                 }
             };
@@ -355,7 +355,7 @@ fn append(
                     format!("topic {} of the local log is full ({next} records)", record.topic).into(),
                 ));
             }
-            let headers_at = encode_body(record.key.as_deref(), &record.headers, &mut body);
+            let headers_at = encode_body(record.key, record.headers().map(|(k, v)| (k.as_bytes(), v)), &mut body);
             // Bound one by one: `params!` boxes each value as a `dyn ToSql` per row.
             // The log's next key, as SQLite would choose it (the largest plus one), is left
             // to SQLite: it then finds the end of the table without searching for the key.
@@ -368,7 +368,7 @@ fn append(
             largest_key = largest_key.max(Some(key));
             insert.raw_bind_parameter(2, source)?;
             let in_full = |insert: &mut rusqlite::CachedStatement<'_>| {
-                insert.raw_bind_parameter(4, record.key.as_deref())?;
+                insert.raw_bind_parameter(4, record.key)?;
                 insert.raw_bind_parameter(6, &body[headers_at..])
             };
             let chain = match *last_row {
@@ -388,14 +388,14 @@ fn append(
                     chain + 1
                 }
                 _ => {
-                    insert.raw_bind_parameter(3, record.offset.as_str())?;
+                    insert.raw_bind_parameter(3, record.offset)?;
                     in_full(&mut insert)?;
                     0
                 }
             };
-            *last_row = Some((source, chain, &record.offset));
+            *last_row = Some((source, chain, record.offset));
             std::mem::swap(last_body, &mut body);
-            insert.raw_bind_parameter(5, record.value.as_deref())?;
+            insert.raw_bind_parameter(5, record.value)?;
             insert.raw_bind_parameter(7, record.timestamp_ms)?;
             insert.raw_execute()?;
             *next += 1;
@@ -505,9 +505,9 @@ fn decode_offset_delta(before: &str, delta: &[u8]) -> anyhow::Result<String> {
 /// A record's headers as stored: for each, the key's and the value's length (4 bytes,
 /// little-endian) each followed by its bytes. Rows written before this form hold the
 /// headers as JSON text, which [`decode_headers`] still reads.
-fn encode_headers(headers: &[(Text, Bytes)], out: &mut Vec<u8>) {
+fn encode_headers<'a>(headers: impl IntoIterator<Item = (&'a [u8], &'a [u8])>, out: &mut Vec<u8>) {
     for (key, value) in headers {
-        put_part(out, key.as_bytes());
+        put_part(out, key);
         put_part(out, value);
     }
 }
@@ -532,7 +532,11 @@ fn take_part<'a>(rest: &mut &'a [u8], what: &str) -> anyhow::Result<&'a [u8]> {
 /// is against: a tag (0: no key, 1: a key, then its length as 4 bytes, little-endian, and
 /// its bytes), then the headers as [`encode_headers`] stores them. Returns where the
 /// headers start.
-fn encode_body(key: Option<&[u8]>, headers: &[(Text, Bytes)], out: &mut Vec<u8>) -> usize {
+fn encode_body<'a>(
+    key: Option<&[u8]>,
+    headers: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    out: &mut Vec<u8>,
+) -> usize {
     out.clear();
     match key {
         None => out.push(0),
@@ -792,7 +796,8 @@ fn decode_row(
             other => anyhow::bail!("a key stored as {:?}", other.data_type()),
         };
         let mut body = Vec::new();
-        encode_body(key, &decode_headers(headers)?, &mut body);
+        let headers = decode_headers(headers)?;
+        encode_body(key, headers.iter().map(|(k, v)| (k.as_bytes(), &v[..])), &mut body);
         Ok(body)
     };
     let ValueRef::Blob(offset_delta) = offset else {
@@ -839,13 +844,13 @@ impl RecordLog for SqliteStore {
     fn append_with_offsets(
         &self,
         ns: &Namespace,
-        records: &[Record],
+        records: &RecordBatch,
         offsets: &[(String, String)],
     ) -> anyhow::Result<()> {
         let mut conn = self.conn();
         append(&mut conn, ns, records, offsets).map_err(|e| self.write_error(e))?;
         drop(conn);
-        let bytes: u64 = records.iter().map(|r| r.value.as_ref().map_or(0, |v| v.len()) as u64 + 64).sum();
+        let bytes: u64 = records.iter().map(|r| r.value.map_or(0, <[u8]>::len) as u64 + 64).sum();
         self.checkpoints.appended(bytes, &self.path);
         Ok(())
     }
@@ -927,6 +932,10 @@ impl RecordLog for SqliteStore {
 mod tests {
     use super::*;
 
+    fn batch(records: &[Record]) -> RecordBatch {
+        RecordBatch::from_records(records)
+    }
+
     fn record(topic: &str, partition: &str, offset: &str) -> Record {
         Record {
             topic: topic.into(),
@@ -952,7 +961,12 @@ mod tests {
         for n in 0..24 {
             let mut big = record("t", r#"{"p":1}"#, &format!(r#"{{"n":{n}}}"#));
             big.value = Some(vec![b'x'; 1 << 20].into());
-            db.append_with_offsets(&ns, &[big], &[(r#"{"p":1}"#.into(), format!(r#"{{"n":{n}}}"#))]).unwrap();
+            db.append_with_offsets(
+                &ns,
+                &RecordBatch::from_records(&[big]),
+                &[(r#"{"p":1}"#.into(), format!(r#"{{"n":{n}}}"#))],
+            )
+            .unwrap();
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while size(&path) < 16 << 20 {
@@ -1013,8 +1027,12 @@ mod tests {
         assert_eq!(read[1].record.key.as_deref(), Some(b"k".as_slice()));
         assert_eq!(db.read("other", "t", 0, 10).unwrap()[0].record.offset, r#"{"n":9}"#);
         // New records follow the moved ones.
-        db.append_with_offsets(&Namespace::new("default", "a"), &[record("t", r#"{"p":1}"#, r#"{"n":2}"#)], &[])
-            .unwrap();
+        db.append_with_offsets(
+            &Namespace::new("default", "a"),
+            &batch(&[record("t", r#"{"p":1}"#, r#"{"n":2}"#)]),
+            &[],
+        )
+        .unwrap();
         assert_eq!(db.topics("default").unwrap(), [("t".to_string(), 3)]);
         assert_eq!(db.read("default", "t", 2, 10).unwrap()[0].record.offset, r#"{"n":2}"#);
         drop(db);
@@ -1103,8 +1121,8 @@ mod tests {
             records.push(file_record(topic, partition, n));
         }
         let ns = Namespace::new("default", "a");
-        db.append_with_offsets(&ns, &records, &[]).unwrap();
-        db.append_with_offsets(&ns, &[file_record("t", r#"{"p":1}"#, 600)], &[]).unwrap();
+        db.append_with_offsets(&ns, &batch(&records), &[]).unwrap();
+        db.append_with_offsets(&ns, &batch(&[file_record("t", r#"{"p":1}"#, 600)]), &[]).unwrap();
         records.push(file_record("t", r#"{"p":1}"#, 600));
         let count = |condition: &str| -> i64 {
             let sql = format!("SELECT count(*) FROM log WHERE {condition}");
@@ -1139,8 +1157,8 @@ mod tests {
         let a = Namespace::new("default", "a");
         let other_tenant = Namespace::new("other", "a");
         let records = [record("t", r#"{"p":1}"#, r#"{"n":1}"#), record("t", r#"{"p":1}"#, r#"{"n":2}"#)];
-        db.append_with_offsets(&a, &records, &[(r#"{"p":1}"#.into(), r#"{"n":2}"#.into())]).unwrap();
-        db.append_with_offsets(&a, &records[..1], &[]).unwrap();
+        db.append_with_offsets(&a, &batch(&records), &[(r#"{"p":1}"#.into(), r#"{"n":2}"#.into())]).unwrap();
+        db.append_with_offsets(&a, &batch(&records[..1]), &[]).unwrap();
         let read = db.read("default", "t", 0, 10).unwrap();
         assert_eq!(read.iter().map(|r| r.offset).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(read[1].record, records[1]);
