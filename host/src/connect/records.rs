@@ -135,18 +135,6 @@ impl Shared {
             None => Err(format!("partition {index} is not one of the batch's {} partitions", self.partitions.len())),
         }
     }
-
-    /// The partition's index in the batch being built (added on first use).
-    fn built_partition(&mut self, index: u32, builder: &mut RecordBatchBuilder) -> u32 {
-        let slot = &mut self.built_partitions[index as usize];
-        match *slot {
-            Some(built) => built,
-            None => {
-                let canonical = self.partitions[index as usize].1.clone().expect("a checked partition");
-                *slot.insert(builder.partition(canonical))
-            }
-        }
-    }
 }
 
 /// Where the latest offset of each partition a batch advances is: the canonical partition
@@ -367,31 +355,29 @@ fn check_record(
     builder: &mut RecordBatchBuilder,
 ) -> Result<(), String> {
     shared.partition(record.partition)?;
-    let offset = builder.text(part(record.offset), "offset")?;
-    if let Err(e) = check_object(offset) {
+    let (offset, offset_text) = builder.text(part(record.offset), "offset")?;
+    if let Err(e) = check_object(offset_text) {
         return Err(format!("offset is {e}"));
     }
     let Some(topic_index) = record.topic else {
         return Ok(());
     };
     let topic = match shared.topics.get(topic_index as usize) {
-        Some((_, Ok(_))) => match shared.built_topics[topic_index as usize] {
-            Some(built) => built,
-            None => {
-                let topic = shared.topics[topic_index as usize].1.clone().expect("a checked topic");
-                *shared.built_topics[topic_index as usize].insert(builder.topic(topic))
-            }
-        },
+        Some((_, Ok(topic))) => {
+            *shared.built_topics[topic_index as usize].get_or_insert_with(|| builder.topic(topic.clone()))
+        }
         Some((_, Err(reason))) => return Err(reason.clone()),
         None => return Err(format!("topic {topic_index} is not one of the batch's {} topics", shared.topics.len())),
     };
-    shared.header_run(record.headers)?;
-    let partition = shared.built_partition(record.partition, builder);
+    let index = record.partition as usize;
+    let canonical = &shared.partitions[index].1;
+    let partition = *shared.built_partitions[index]
+        .get_or_insert_with(|| builder.partition(canonical.clone().expect("the partition was checked above")));
     let headers = shared.header_run(record.headers)?.iter().map(|h| (part(h.key), part(h.value)));
     builder.push(
         topic,
         partition,
-        part(record.offset),
+        offset,
         record.key.map(part),
         record.value.map(part),
         headers,

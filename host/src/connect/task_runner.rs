@@ -223,7 +223,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         };
         let Prepared { polled, done, batch } = match prepared {
             Ok(prepared) => prepared,
-            Err(trace) => return failed(trace, id),
+            // What was polled before the failed poll is still delivered and committed (a
+            // failure among those batches comes first: it happened first).
+            Err(trace) => {
+                return match in_flight.settle_all(id).await {
+                    Ok(_) => failed(trace, id),
+                    Err(outcome) => outcome,
+                };
+            }
         };
         TaskCounters::add(&counters.polls, 1);
         TaskCounters::time(&counters.poll_nanos, poll_time);
@@ -272,10 +279,8 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                     Batch::Unchecked(batch) => (batch.records.len(), Outgoing::Unchecked(batch)),
                 };
                 services.rates.throttle(&spec.namespace.tenant, counted as u64).await;
-                let work = delivery_work(spec, destination.clone(), outgoing, placement.writes.clone());
-                let handed_over = lane.submit(work);
-                let (destination, writes) = (destination.clone(), placement.writes.clone());
-                in_flight.push(Box::pin(deliver(spec, destination, id, stop.clone(), handed_over, &lane, writes)));
+                let writes = placement.writes.clone();
+                in_flight.push(deliver(spec, destination.clone(), id, stop.clone(), outgoing, &lane, writes));
                 // At most this many batches wait for the destination: past it, the task
                 // waits for the oldest before it polls again.
                 while in_flight.len() >= MAX_BATCHES_IN_FLIGHT {
@@ -618,10 +623,25 @@ fn delivery_work(
     }
 }
 
+/// Hands `outgoing` to the task's lane at once (behind the batches handed over before it)
+/// and returns what settles it ([`settle_delivery`]).
+fn deliver<'a>(
+    spec: &'a TaskSpec,
+    destination: Arc<dyn Destination>,
+    id: u64,
+    stop: StopSignal,
+    outgoing: Outgoing,
+    lane: &'a Arc<Lane<Attempt>>,
+    writes: Arc<AtomicU64>,
+) -> PendingDelivery<'a> {
+    let handed_over = lane.submit(delivery_work(spec, destination.clone(), outgoing, writes.clone()));
+    Box::pin(settle_delivery(spec, destination, id, stop, handed_over, lane, writes))
+}
+
 /// Settles one batch handed to the lane (`handed_over`): retried while the destination
 /// says it is away for now (with a note in the task's status), given up on at the stop
 /// deadline. Giving up closes the lane, so nothing queued after the batch is written.
-async fn deliver(
+async fn settle_delivery(
     spec: &TaskSpec,
     destination: Arc<dyn Destination>,
     id: u64,

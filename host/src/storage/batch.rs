@@ -6,7 +6,7 @@
 //! time in reference counts, header lists and moves).
 //!
 //! The builder checks what makes a record readable (its ranges inside the buffer, its
-//! offset and header keys UTF-8); what makes it acceptable (JSON objects, topic names,
+//! offset and header keys UTF-8, the offset through [`TextPart`] once); what makes it acceptable (JSON objects, topic names,
 //! sizes) is the connect layer's check before it is pushed.
 
 use std::sync::Arc;
@@ -27,6 +27,11 @@ impl Part {
         self.start as usize..self.start as usize + self.len as usize
     }
 }
+
+/// A part of a builder's buffer that [`RecordBatchBuilder::text`] found to be UTF-8: what
+/// [`RecordBatchBuilder::push`] takes as a record's offset, so the text is checked once.
+#[derive(Clone, Copy, Debug)]
+pub struct TextPart(Part);
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -172,22 +177,23 @@ impl RecordBatchBuilder {
         index_of(&mut self.partitions, partition)
     }
 
-    /// Adds a record whose parts are ranges of the buffer, or says why it cannot be read
-    /// (`what` is the part: "value span 7..13 is past the end of the batch's 12 bytes of
-    /// data", "offset is not UTF-8 (...)"). Nothing is added when it is refused.
+    /// Adds a record whose parts are ranges of the buffer (its offset already found to be
+    /// text by [`Self::text`]), or says why it cannot be read ("value span 7..13 is past
+    /// the end of the batch's 12 bytes of data", "header key is not UTF-8 (...)"). Nothing
+    /// is added when it is refused.
     #[allow(clippy::too_many_arguments)]
     pub fn push(
         &mut self,
         topic: u32,
         partition: u32,
-        offset: Part,
+        offset: TextPart,
         key: Option<Part>,
         value: Option<Part>,
         headers: impl IntoIterator<Item = (Part, Part)>,
         timestamp_ms: i64,
     ) -> Result<(), String> {
         assert!((topic as usize) < self.topics.len() && (partition as usize) < self.partitions.len());
-        self.text(offset, "offset")?;
+        let TextPart(offset) = offset;
         if let Some(key) = key {
             self.bytes(key, "key")?;
         }
@@ -213,6 +219,7 @@ impl RecordBatchBuilder {
         let topic = self.topic(record.topic.clone());
         let partition = self.partition(record.partition.clone());
         let offset = self.append(record.offset.as_bytes());
+        let (offset, _) = self.text(offset, "offset").expect("an owned record's offset is UTF-8");
         let key = record.key.as_deref().map(|key| self.append(key));
         let value = record.value.as_deref().map(|value| self.append(value));
         let headers: Vec<(Part, Part)> =
@@ -250,8 +257,9 @@ impl RecordBatchBuilder {
     }
 
     /// The text `part` names, or why it names none (`what` is the record's part).
-    pub fn text(&self, part: Part, what: &str) -> Result<&str, String> {
-        std::str::from_utf8(self.bytes(part, what)?).map_err(|e| format!("{what} is not UTF-8 ({e})"))
+    pub fn text(&self, part: Part, what: &str) -> Result<(TextPart, &str), String> {
+        let text = std::str::from_utf8(self.bytes(part, what)?).map_err(|e| format!("{what} is not UTF-8 ({e})"))?;
+        Ok((TextPart(part), text))
     }
 
     /// The buffer records name their parts in.
@@ -303,10 +311,10 @@ mod tests {
     fn a_part_outside_the_buffer_or_text_that_is_not_utf8_is_refused_and_nothing_added() {
         let mut builder = RecordBatchBuilder::new(b"{\"n\":1}\xffhello".to_vec());
         let (t, p) = (builder.topic("t".into()), builder.partition("{}".into()));
-        let offset = Part { start: 0, len: 7 };
+        let (offset, _) = builder.text(Part { start: 0, len: 7 }, "offset").unwrap();
         let error = builder.push(t, p, offset, None, Some(Part { start: 8, len: 6 }), [], 0).unwrap_err();
         assert_eq!(error, "value span 8..14 is past the end of the batch's 13 bytes of data");
-        let error = builder.push(t, p, Part { start: 0, len: 8 }, None, None, [], 0).unwrap_err();
+        let error = builder.text(Part { start: 0, len: 8 }, "offset").unwrap_err();
         assert!(error.starts_with("offset is not UTF-8"), "{error}");
         let good = (Part { start: 8, len: 2 }, Part { start: 7, len: 1 });
         let bad = (Part { start: 7, len: 1 }, Part { start: 0, len: 1 });

@@ -19,7 +19,7 @@ use anyhow::Context;
 
 use crate::config::{StorageKind, WorkerConfig};
 
-pub use batch::{Part, RecordBatch, RecordBatchBuilder, RecordRef};
+pub use batch::{Part, RecordBatch, RecordBatchBuilder, RecordRef, TextPart};
 pub use model::{ConnectorState, ConnectorStatus, Record, State, StoredRecord, TargetState, TaskStatus, Text};
 
 /// Everything a connector owns is scoped by tenant and connector name.
