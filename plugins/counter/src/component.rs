@@ -147,14 +147,15 @@ impl Task for CounterTask {
             // Nothing to make: an idle task's poll costs next to nothing.
             return Ok(());
         }
-        let partition = generator::partition(self.task);
-        let mut offset = String::new();
+        let to = batch.destination(&generator::partition(self.task), Some(&s.topic));
+        let mut task_digits = itoa::Buffer::new();
+        let task = task_digits.format(self.task);
+        let mut seq_digits = itoa::Buffer::new();
         for seq in self.next..end {
-            offset.clear();
-            generator::write_offset(&mut offset, seq);
+            let seq = seq_digits.format(seq);
             batch
-                .record(&partition, &offset, Some(&s.topic))
-                .value_with(|out| generator::write_value(out, self.task, seq, s.size));
+                .record_to_with(to, |out| generator::write_offset_text(out, seq))
+                .value_with(|out| generator::write_value_text(out, task, seq, s.size));
         }
         self.emitted_since_start += end - self.next;
         self.next = end;

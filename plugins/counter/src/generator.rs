@@ -12,11 +12,17 @@ pub fn value(task: u32, seq: u64, size: usize) -> Vec<u8> {
 pub fn write_value(out: &mut Vec<u8>, task: u32, seq: u64, size: usize) {
     // `itoa` rather than `write!`: core::fmt's machinery (a dyn Write adapter, padding
     // checks) was two thirds of the component's own time per record, compiled to wasm.
+    write_value_text(out, itoa::Buffer::new().format(task), itoa::Buffer::new().format(seq), size);
+}
+
+/// [`write_value`] from the task's and the sequence number's decimal text, so a batch
+/// formats its task once and each record its number once for its value and its offset
+/// (formatting was a sixth of the component's time per 1 KiB record).
+pub fn write_value_text(out: &mut Vec<u8>, task: &str, seq: &str, size: usize) {
     let start = out.len();
-    let mut digits = itoa::Buffer::new();
-    out.extend_from_slice(digits.format(task).as_bytes());
+    out.extend_from_slice(task.as_bytes());
     out.push(b'-');
-    out.extend_from_slice(digits.format(seq).as_bytes());
+    out.extend_from_slice(seq.as_bytes());
     if out.len() - start < size {
         out.resize(start + size, b'.');
     }
@@ -63,6 +69,13 @@ pub fn write_offset(out: &mut String, seq: u64) {
     out.push('}');
 }
 
+/// [`write_offset`] from the sequence number's decimal text, into a batch's bytes.
+pub fn write_offset_text(out: &mut Vec<u8>, seq: &str) {
+    out.extend_from_slice(b"{\"seq\":");
+    out.extend_from_slice(seq.as_bytes());
+    out.push(b'}');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,5 +89,10 @@ mod tests {
         let mut out = b"x".to_vec();
         write_value(&mut out, 2, 8, 6);
         assert_eq!(out, b"x2-8...");
+        let mut offset = "x".to_string();
+        write_offset(&mut offset, 1234567);
+        assert_eq!(offset, r#"x{"seq":1234567}"#);
+        write_value_text(&mut out, "2", "10", 3);
+        assert_eq!(out, b"x2-8...2-10");
     }
 }
