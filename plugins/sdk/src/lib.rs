@@ -256,9 +256,9 @@ mod batch {
         }
 
         /// [`Batch::record_to`] with the offset written in place: `write` appends the
-        /// offset's text (UTF-8 JSON, as the host checks) to the buffer it is given, as
-        /// [`RecordWriter::value_with`] does the value, instead of a copy of a string made
-        /// first.
+        /// offset's text (UTF-8 JSON, as the host checks) to the buffer it is given (and
+        /// must not touch what is already there), as [`RecordWriter::value_with`] does the
+        /// value, instead of a copy of a string made first.
         pub fn record_to_with(&mut self, to: Destination, write: impl FnOnce(&mut Vec<u8>)) -> RecordWriter<'_> {
             // Indexes into another batch's partitions would name the wrong partition here.
             assert_eq!(to.batch, self.id, "a Destination is used only with the Batch that made it");
