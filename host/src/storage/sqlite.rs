@@ -961,12 +961,7 @@ mod tests {
         for n in 0..24 {
             let mut big = record("t", r#"{"p":1}"#, &format!(r#"{{"n":{n}}}"#));
             big.value = Some(vec![b'x'; 1 << 20].into());
-            db.append_with_offsets(
-                &ns,
-                &RecordBatch::from_records(&[big]),
-                &[(r#"{"p":1}"#.into(), format!(r#"{{"n":{n}}}"#))],
-            )
-            .unwrap();
+            db.append_with_offsets(&ns, &batch(&[big]), &[(r#"{"p":1}"#.into(), format!(r#"{{"n":{n}}}"#))]).unwrap();
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while size(&path) < 16 << 20 {

@@ -223,9 +223,15 @@ mod batch {
         }
 
         fn span(&mut self, bytes: &[u8]) -> Span {
-            let start = self.data.len() as u32;
-            self.data.extend_from_slice(bytes);
-            Span { start, len: bytes.len() as u32 }
+            self.written(|out| out.extend_from_slice(bytes))
+        }
+
+        /// The span of what `write` appends to the batch's bytes.
+        fn written(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> Span {
+            let start = self.data.len();
+            write(&mut self.data);
+            let len = self.data.len().saturating_sub(start);
+            Span { start: start as u32, len: len as u32 }
         }
 
         /// Adds a record of `partition` at `offset` (each the text of a JSON object of
@@ -262,13 +268,11 @@ mod batch {
         pub fn record_to_with(&mut self, to: Destination, write: impl FnOnce(&mut Vec<u8>)) -> RecordWriter<'_> {
             // Indexes into another batch's partitions would name the wrong partition here.
             assert_eq!(to.batch, self.id, "a Destination is used only with the Batch that made it");
-            let start = self.data.len();
-            self.starts.push(start as u32);
-            write(&mut self.data);
-            let len = self.data.len().saturating_sub(start);
+            let offset = self.written(write);
+            self.starts.push(offset.start);
             self.records.push(BatchRecord {
                 partition: to.partition,
-                offset: Span { start: start as u32, len: len as u32 },
+                offset,
                 topic: to.topic,
                 key: None,
                 value: None,
@@ -354,10 +358,8 @@ mod batch {
         /// Writes the value in place: `write` appends the value's bytes to the buffer it
         /// is given (and must not touch what is already there).
         pub fn value_with(mut self, write: impl FnOnce(&mut Vec<u8>)) -> Self {
-            let start = self.batch.data.len();
-            write(&mut self.batch.data);
-            let len = self.batch.data.len().saturating_sub(start);
-            self.last().value = Some(Span { start: start as u32, len: len as u32 });
+            let span = self.batch.written(write);
+            self.last().value = Some(span);
             self
         }
 
