@@ -19,6 +19,7 @@ use super::{ApiState, bool_param, json_body, query_pairs};
 use crate::config::keys::{NAME, TENANT};
 use crate::config::{ConnectorConfig, DEFAULT_TENANT};
 use crate::storage::Namespace;
+use crate::storage::TargetState;
 use crate::storage::json::canonical_object;
 
 type Shared = State<Arc<ApiState>>;
@@ -147,16 +148,49 @@ pub async fn create(
                 "Connector name configuration ({in_config}) doesn't match connector name in the request ({name})"
             )));
         }
-        (Some(Value::String(name)), _) | (None, Some(Value::String(name))) => name.clone(),
+        // Connect trims the name it is given.
+        (Some(Value::String(name)), _) | (None, Some(Value::String(name))) => name.trim().to_string(),
         (Some(_), _) => return Err(ApiError::bad_request("name: must be a string")),
         (None, _) => return Err(ApiError::bad_request("name: missing")),
     };
+    let target = match top.get("initial_state") {
+        None | Some(Value::Null) => TargetState::Started,
+        Some(Value::String(state)) => match state.trim().to_ascii_uppercase().as_str() {
+            "RUNNING" => TargetState::Started,
+            "PAUSED" => TargetState::Paused,
+            "STOPPED" => TargetState::Stopped,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "initial_state: '{state}' is not a state a connector can be created in (RUNNING, PAUSED or STOPPED)"
+                )));
+            }
+        },
+        Some(other) => return Err(ApiError::bad_request(format!("initial_state: must be a string, not {other}"))),
+    };
     let (ns, config) = new_config(&caller, &name, &values)?;
     config.check()?;
-    state.herder.create(config).await?;
-    let body = info(&state, &caller, &ns).await?;
-    let location = format!("/connectors/{}", url_segment(&caller.name_of(&ns)));
-    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(body)).into_response())
+    state.herder.create_in(config.clone(), target).await?;
+    created(&state, &caller, &ns, &config, StatusCode::CREATED).await
+}
+
+/// The answer to a create or update: the connector as it stands, or as it was written
+/// when a request deleted it meanwhile (the write did happen).
+async fn created(
+    state: &ApiState,
+    caller: &Caller,
+    ns: &Namespace,
+    config: &ConnectorConfig,
+    status: StatusCode,
+) -> Result<Response, ApiError> {
+    let body = match info(state, caller, ns).await {
+        Ok(body) => body,
+        Err(_) => info_body(caller, ns, config, 0),
+    };
+    if status == StatusCode::CREATED {
+        let location = format!("/connectors/{}", url_segment(&caller.name_of(ns)));
+        return Ok((status, [(header::LOCATION, location)], Json(body)).into_response());
+    }
+    Ok((status, Json(body)).into_response())
 }
 
 /// A name as one URL path segment.
@@ -222,10 +256,45 @@ pub async fn put_config(
     }
     let (ns, config) = new_config(&caller, &name, &values)?;
     config.check()?;
-    let created = state.herder.put_config(config).await?;
-    let body = info(&state, &caller, &ns).await?;
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(body)).into_response())
+    let was_created = state.herder.put_config(config.clone()).await?;
+    created(&state, &caller, &ns, &config, if was_created { StatusCode::CREATED } else { StatusCode::OK }).await
+}
+
+/// `PATCH /connectors/{name}/config` (KIP-477): the stored config with the body's keys
+/// set, and those whose value is `null` removed; 200, or 404 if there is no such connector.
+pub async fn patch_config(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let Value::Object(patch) = json_body(&body)? else {
+        return Err(ApiError::bad_request("Expected the keys to change: a JSON object of string (or null) values"));
+    };
+    let ns = caller.namespace(&name)?;
+    let (current, _) =
+        state.herder.connector(&ns).await.ok_or_else(|| ApiError::not_found(format!("Connector {name} not found")))?;
+    let mut values: Map<String, Value> =
+        config_body(&caller, &current).as_object().cloned().expect("a config is an object");
+    for (key, value) in patch {
+        if key == NAME && value.as_str() != Some(ns.connector.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "Connector name configuration ({value}) doesn't match connector name in the URL ({})",
+                ns.connector
+            )));
+        }
+        match value {
+            Value::Null => values.remove(&key),
+            value => values.insert(key, value),
+        };
+    }
+    let (ns, config) = new_config(&caller, &name, &values)?;
+    config.check()?;
+    if state.herder.connector(&ns).await.is_none() {
+        return Err(ApiError::not_found(format!("Connector {name} not found")));
+    }
+    state.herder.put_config(config.clone()).await?;
+    created(&state, &caller, &ns, &config, StatusCode::OK).await
 }
 
 /// `GET /connectors/{name}/status`
@@ -372,6 +441,9 @@ pub async fn patch_offsets(
             "Expected {\"offsets\": [{\"partition\": {...}, \"offset\": {...} or null}]}",
         ));
     };
+    if entries.is_empty() {
+        return Err(ApiError::bad_request("offsets: empty; list the partitions whose offsets to change"));
+    }
     let mut changes = Vec::with_capacity(entries.len());
     for (i, entry) in entries.iter().enumerate() {
         let partition = match entry.get("partition") {

@@ -7,7 +7,8 @@
 //! Liberal in what it takes, as Connect is: a trailing slash on any path, booleans in any
 //! case, bodies read as JSON whatever their content type. Every error, the framework's own
 //! included (unknown path, wrong method, body too large), is Connect's `{"error_code",
-//! "message"}` in JSON ([`error`]).
+//! "message"}` in JSON ([`error`]). What a browser sends on another site's behalf is
+//! refused ([`guard`]).
 //!
 //! Uses the config, storage, runtime and connect layers.
 
@@ -15,6 +16,7 @@ pub mod auth;
 mod connectors;
 pub mod console;
 pub mod error;
+mod guard;
 pub mod metrics;
 pub mod openapi;
 mod plugins;
@@ -42,6 +44,8 @@ pub struct ApiState {
     pub herder: Arc<Herder>,
     /// `GET /`'s `kafka_cluster_id`.
     pub cluster_id: String,
+    /// The address the API is served on.
+    pub local: std::net::SocketAddr,
 }
 
 impl ApiState {
@@ -69,6 +73,7 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<Shared>)> {
         (Method::DELETE, "/connectors/{name}", delete(connectors::delete)),
         (Method::GET, "/connectors/{name}/config", get(connectors::get_config)),
         (Method::PUT, "/connectors/{name}/config", put(connectors::put_config)),
+        (Method::PATCH, "/connectors/{name}/config", patch(connectors::patch_config)),
         (Method::GET, "/connectors/{name}/status", get(connectors::status)),
         (Method::POST, "/connectors/{name}/restart", post(connectors::restart)),
         (Method::PUT, "/connectors/{name}/pause", put(connectors::pause)),
@@ -106,6 +111,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
             ApiError::not_found("HTTP 404 Not Found: no such path in this API (GET /openapi.json lists them)")
         })
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard::refuse_foreign_pages))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         // A declared length over the limit is refused before the body is read: a client
         // that sent `Expect: 100-continue` (curl does, for large bodies) then never sends

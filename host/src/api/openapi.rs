@@ -135,6 +135,12 @@ pub fn document() -> Value {
                 Some(schema_ref("Config")),
                 &[("200", "Updated", info.clone()), ("201", "Created", info.clone())],
             ),
+            "patch": operation(
+                "Change some keys of a connector's config (KIP-477: a null value removes the key)",
+                vec![name()],
+                Some(json!({ "type": "object", "additionalProperties": { "type": ["string", "null"] } })),
+                &[("200", "Updated", info.clone())],
+            ),
         },
         "/connectors/{name}/status": {
             "get": operation("A connector's and its tasks' states", vec![name()], None, &[("200", "The status", status.clone())]),
@@ -265,7 +271,8 @@ pub fn document() -> Value {
             "version": { "type": "string" }, "commit": { "type": "string" }, "kafka_cluster_id": { "type": "string" } } },
         "Config": string_map.clone(),
         "CreateConnector": { "type": "object", "required": ["name", "config"], "properties": {
-            "name": { "type": "string" }, "config": string_map } },
+            "name": { "type": "string" }, "config": string_map,
+            "initial_state": { "type": "string", "enum": ["RUNNING", "PAUSED", "STOPPED"] } } },
         "ConnectorInfo": { "type": "object", "required": ["name", "config", "tasks", "type"], "properties": {
             "name": { "type": "string" },
             "config": { "type": "object", "additionalProperties": { "type": "string" } },

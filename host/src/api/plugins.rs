@@ -26,6 +26,7 @@ const COMMON_GROUP: &str = "Common";
 pub async fn list(State(state): Shared, RawQuery(query): RawQuery) -> Result<Json<Value>, ApiError> {
     let pairs = query_pairs(query.as_deref())?;
     bool_param(&pairs, "connectorsOnly")?;
+    state.herder.registry().whole_folder_loaded().await;
     let plugins: Vec<Value> = state
         .herder
         .registry()
@@ -36,8 +37,9 @@ pub async fn list(State(state): Shared, RawQuery(query): RawQuery) -> Result<Jso
     Ok(Json(Value::Array(plugins)))
 }
 
-fn plugin(state: &ApiState, name: &str) -> Result<Arc<Plugin>, ApiError> {
-    state.herder.registry().get(name).ok_or_else(|| {
+async fn plugin(state: &ApiState, name: &str) -> Result<Arc<Plugin>, ApiError> {
+    let services = state.herder.services();
+    services.registry.get_or_load(&services.runtime, name).await.ok_or_else(|| {
         ApiError::not_found(format!(
             "Unknown plugin {name}: no usable {name}.wasm in the plugin folder (GET /connector-plugins lists the plugins, GET /sluice/rejected-plugins the files that failed)"
         ))
@@ -70,7 +72,7 @@ fn definitions(plugin: &Plugin) -> Vec<(ConfigKeyInfo, String)> {
 
 /// `GET /connector-plugins/{plugin}/config`: the keys a connector of this plugin takes.
 pub async fn config(State(state): Shared, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    let plugin = plugin(&state, &name)?;
+    let plugin = plugin(&state, &name).await?;
     let keys: Vec<Value> = definitions(&plugin)
         .iter()
         .enumerate()
@@ -87,7 +89,7 @@ pub async fn validate(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let plugin = plugin(&state, &name)?;
+    let plugin = plugin(&state, &name).await?;
     let Value::Object(mut values) = json_body(&body)? else {
         return Err(ApiError::bad_request("Expected the connector's config: a JSON object of string values"));
     };
@@ -177,6 +179,7 @@ pub async fn validate(
 
 /// `GET /sluice/rejected-plugins`: `[{"file", "reason"}]`, retried when the file changes.
 pub async fn rejected(State(state): Shared) -> Json<Value> {
+    state.herder.registry().whole_folder_loaded().await;
     let rejected: Vec<Value> = state
         .herder
         .registry()

@@ -52,7 +52,7 @@ impl ApiServer {
     pub async fn start(herder: Arc<Herder>, data_dir: &DataDir, addr: SocketAddr) -> anyhow::Result<ApiServer> {
         let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} (--listen)"))?;
         let local = listener.local_addr()?;
-        let state = Arc::new(ApiState { herder, cluster_id: data_dir.cluster_id()? });
+        let state = Arc::new(ApiState { herder, cluster_id: data_dir.cluster_id()?, local });
         let shutdown = Arc::new(Notify::new());
         let stopped = shutdown.clone();
         let join = tokio::spawn(api::serve(listener, state, async move { stopped.notified().await }));
@@ -109,7 +109,11 @@ pub async fn serve(
     };
     let data = DataDir::new(data_dir);
     let _lock = data.lock()?;
-    let herder = Arc::new(Herder::open_with_config(worker, data_dir, plugin_path).await?);
+    // The API answers before every plugin of the folder is compiled: the connectors
+    // brought back load theirs first, the rest load in the background (the folder's
+    // watcher looks at once), and a request naming one not loaded yet loads it.
+    let none_yet = std::collections::BTreeSet::new();
+    let herder = Arc::new(Herder::open_for_plugins(worker, data_dir, plugin_path, Some(&none_yet)).await?);
     let restored = herder.restore().await?;
     tracing::info!("{restored} stored connectors brought back in their target states");
     let watcher = watch_plugin_folder(herder.services().clone());

@@ -105,6 +105,12 @@ impl ConnectorConfig {
         if name.is_empty() || name.chars().any(|c| c.is_control() || c == '/') {
             return Err(error(NAME, format!("{name:?} is not a valid connector name")));
         }
+        if name == "." || name == ".." {
+            return Err(error(NAME, format!("{name:?} is not a valid connector name (a URL cannot name it)")));
+        }
+        if name.trim() != name {
+            return Err(error(NAME, format!("{name:?} is not a valid connector name (spaces around it)")));
+        }
         values.insert(NAME.into(), name.clone());
         Ok(ConnectorConfig { name, values, source: source.to_string() })
     }

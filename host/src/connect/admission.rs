@@ -39,7 +39,7 @@ pub(super) async fn admit(
         return Err(problem);
     }
     check_tenant(services, config, &mut settings, running)?;
-    let plugin = find_plugin(services, config)?;
+    let plugin = find_plugin(services, config).await?;
     if let Some(problem) = plugin_key_problems(config, &plugin).into_iter().next() {
         return Err(problem);
     }
@@ -73,7 +73,7 @@ pub(super) async fn problems(services: &Services, config: &ConnectorConfig, runn
     problems.extend(check_fuel(services, config, &settings).err());
     problems.extend(destination_problems(services, config, &settings));
     problems.extend(check_tenant(services, config, &mut settings, running).err());
-    let plugin = match find_plugin(services, config) {
+    let plugin = match find_plugin(services, config).await {
         Ok(plugin) => plugin,
         Err(problem) => {
             problems.push(problem);
@@ -180,10 +180,10 @@ const MANAGED_PRODUCER_KEYS: &[&str] =
     &["transactional.id", "enable.idempotence", "bootstrap.servers", "acks", "partitioner", "group.id"];
 
 /// The plugin `connector.class` names, as the plugin folder holds it now.
-fn find_plugin(services: &Services, config: &ConnectorConfig) -> Result<Arc<Plugin>, ConfigError> {
+async fn find_plugin(services: &Services, config: &ConnectorConfig) -> Result<Arc<Plugin>, ConfigError> {
     let name = config.plugin()?;
     let registry = &services.registry;
-    registry.get(name).ok_or_else(|| {
+    registry.get_or_load(&services.runtime, name).await.ok_or_else(|| {
         let why = match registry.rejected().into_iter().find(|r| r.file.file_stem().is_some_and(|s| s == name)) {
             Some(rejected) => format!("{} was rejected: {}", rejected.file.display(), rejected.reason),
             None => format!("no {name}.wasm in {}", registry.dir.display()),

@@ -209,6 +209,14 @@ impl Herder {
         Ok(admitted)
     }
 
+    /// Loads the plugin `config` names if the folder has it and it is not loaded yet (it
+    /// is compiled before the connectors' lock is taken: other requests need not wait).
+    async fn load_plugin_of(&self, config: &ConnectorConfig) {
+        if let Ok(name) = config.plugin() {
+            self.services.registry.get_or_load(&self.services.runtime, name).await;
+        }
+    }
+
     fn running(&self, connectors: &BTreeMap<Namespace, Entry>) -> Vec<Running> {
         connectors.iter().map(|(ns, e)| (ns.clone(), e.tasks_max)).collect()
     }
@@ -229,7 +237,14 @@ impl Herder {
 
     /// Creates a connector: 409-style `Exists` if the name is taken in its tenant.
     pub async fn create(&self, config: ConnectorConfig) -> Result<Namespace, HerderError> {
+        self.create_in(config, TargetState::Started).await
+    }
+
+    /// Creates a connector in `target` (KIP-980's `initial_state`: created PAUSED or
+    /// STOPPED, it writes nothing until resumed, so its offsets can be set first).
+    pub async fn create_in(&self, config: ConnectorConfig, target: TargetState) -> Result<Namespace, HerderError> {
         let ns = self.namespace_of(&config);
+        self.load_plugin_of(&config).await;
         let mut connectors = self.connectors.lock().await;
         if connectors.contains_key(&ns) {
             return Err(HerderError::Exists(config.name.clone()));
@@ -239,8 +254,8 @@ impl Herder {
         if connectors.contains_key(&ns) {
             return Err(HerderError::Exists(config.name.clone()));
         }
-        self.store_config(&ns, &config, TargetState::Started)?;
-        let entry = self.launch(&ns, config, admitted, TargetState::Started);
+        self.store_config(&ns, &config, target)?;
+        let entry = self.launch(&ns, config, admitted, target);
         connectors.insert(ns.clone(), entry);
         Ok(ns)
     }
@@ -249,6 +264,7 @@ impl Herder {
     /// its target state). Returns whether it was created.
     pub async fn put_config(&self, config: ConnectorConfig) -> Result<bool, HerderError> {
         let ns = self.namespace_of(&config);
+        self.load_plugin_of(&config).await;
         let mut connectors = self.connectors.lock().await;
         let Some(target) = connectors.get(&ns).map(|e| e.target) else {
             drop(connectors);
@@ -404,10 +420,18 @@ impl Herder {
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let mut status = self.services.board.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let Some(run) = &entry.run else {
-            return Err(HerderError::Refused(format!(
-                "Connector {} is STOPPED: resume it (PUT /connectors/{}/resume) to start it",
-                ns.connector, ns.connector
-            )));
+            if entry.target == TargetState::Stopped {
+                return Err(HerderError::Refused(format!(
+                    "Connector {} is STOPPED: resume it (PUT /connectors/{}/resume) to start it",
+                    ns.connector, ns.connector
+                )));
+            }
+            // It is meant to run but never started (its plugin was gone when the worker
+            // started, a grant or its destination was refused): start it afresh.
+            drop(connectors);
+            self.relaunch(ns).await?;
+            status.connector.state = State::Restarting;
+            return Ok((include_tasks || only_failed).then_some(status));
         };
         let connector = !only_failed || status.connector.state == State::Failed;
         if connector && let Some(newer) = self.replaced_plugin(entry) {
@@ -452,7 +476,15 @@ impl Herder {
         let mut connectors = self.connectors.lock().await;
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let (config, target) = (entry.config.clone(), entry.target);
-        let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
+        let admitted = match admission::admit(&self.services, &config, &self.running(&connectors)).await {
+            Ok(admitted) => admitted,
+            Err(e) if entry.run.is_none() => {
+                // Still cannot start: the status says why now.
+                self.services.board.set_connector(ns, State::Failed, Some(e.to_string()));
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         let old = connectors.remove(ns).expect("checked above");
         if let Some(run) = old.run {
             run.stop().await;
@@ -469,10 +501,14 @@ impl Herder {
         admission::problems(&self.services, config, &running).await
     }
 
-    /// The task configs the connector last generated (stored), by task id.
+    /// The task configs the connector last generated (stored), by task id; none while it
+    /// is STOPPED, as Connect shows a stopped connector (the stored ones stay, so the
+    /// tasks of that generation are still fenced when it starts again with fewer).
     pub async fn task_configs(&self, ns: &Namespace) -> Result<Vec<Vec<(String, String)>>, HerderError> {
-        if !self.connectors.lock().await.contains_key(ns) {
-            return Err(HerderError::NotFound(ns.connector.clone()));
+        match self.connectors.lock().await.get(ns) {
+            None => return Err(HerderError::NotFound(ns.connector.clone())),
+            Some(entry) if entry.target == TargetState::Stopped => return Ok(Vec::new()),
+            Some(_) => {}
         }
         self.services.stores.configs().task_configs(ns).map_err(HerderError::Store)
     }

@@ -84,6 +84,9 @@ pub struct Registry {
     pub dir: PathBuf,
     cache_dir: PathBuf,
     folder: std::sync::RwLock<Folder>,
+    /// Whether every file of the folder has been looked at once (a worker may start with
+    /// only the plugins its connectors use and load the rest in the background).
+    whole_folder: tokio::sync::watch::Sender<bool>,
 }
 
 /// What the folder held at the last look.
@@ -135,9 +138,31 @@ impl Registry {
             dir: dir.to_path_buf(),
             cache_dir: cache_dir.to_path_buf(),
             folder: std::sync::RwLock::new(Folder::default()),
+            whole_folder: tokio::sync::watch::Sender::new(false),
         };
-        registry.refresh_matching(runtime, |name| only.is_none_or(|only| only.contains(name))).await?;
+        match only {
+            None => drop(registry.refresh(runtime).await?),
+            Some(only) => drop(registry.refresh_matching(runtime, |name| only.contains(name)).await?),
+        }
         Ok(registry)
+    }
+
+    /// Waits until every file of the folder has been looked at once, so a list of the
+    /// plugins is the folder's whole list.
+    pub async fn whole_folder_loaded(&self) {
+        let _ = self.whole_folder.subscribe().wait_for(|done| *done).await;
+    }
+
+    /// The plugin `name`, its file loaded now if the folder has it and it was not loaded
+    /// yet (a worker that started with other plugins, or loads the rest in the background).
+    pub async fn get_or_load(&self, runtime: &Runtime, name: &str) -> Option<Arc<Plugin>> {
+        if let Some(plugin) = self.get(name) {
+            return Some(plugin);
+        }
+        if let Err(e) = self.refresh_matching(runtime, |file| file == name).await {
+            tracing::warn!("{e:#}");
+        }
+        self.get(name)
     }
 
     /// Looks at the folder again: loads `*.wasm` files that are new or changed since the
@@ -145,7 +170,9 @@ impl Registry {
     /// leaves the version loaded before it in place. Returns the names of the plugins
     /// loaded, and of the files rejected, by this look.
     pub async fn refresh(&self, runtime: &Runtime) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
-        self.refresh_matching(runtime, |_| true).await
+        let looked = self.refresh_matching(runtime, |_| true).await;
+        self.whole_folder.send_replace(true);
+        looked
     }
 
     /// The names of the `*.wasm` files in the folder now, loaded or not.
@@ -205,6 +232,11 @@ impl Registry {
             let stamp = files.iter().find(|(path, _)| *path == file).map(|(_, stamp)| *stamp);
             let result = load_plugin(runtime, &file, &self.cache_dir).await;
             let mut folder = self.folder.write().unwrap();
+            if stamp.is_some() && folder.seen.get(&file) == stamp.as_ref() {
+                // Another look (the background one, or a connector's on demand) loaded
+                // this same file meanwhile: keep its plugin, so nothing looks replaced.
+                continue;
+            }
             if let Some(stamp) = stamp {
                 folder.seen.insert(file.clone(), stamp);
             }

@@ -49,6 +49,42 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(2);
 /// well inside [`LONG_CALL`] and any deadline.
 const IDLE_EPOCH_TICK: Duration = Duration::from_millis(50);
 
+/// Grants `dir` (canonical when it was admitted) to an instance, if it still leads where
+/// it did. Grants are checked against a tenant's roots once, at admission; a directory
+/// swapped since for a link to somewhere else (another tenant's files) would otherwise be
+/// followed by every later instance (a restart, a recycled task). On Linux the directory
+/// opened is the one checked: through the descriptor that was checked, not its path again.
+fn preopen_granted(wasi: &mut WasiCtxBuilder, dir: &std::path::Path, perms: FsPerms) -> Result<(), String> {
+    let key = match perms {
+        FsPerms::ReadWrite => crate::config::keys::SANDBOX_FS_WRITE,
+        FsPerms::ReadOnly => crate::config::keys::SANDBOX_FS_READ,
+    };
+    let cannot = |e: &dyn std::fmt::Display| format!("{key}: cannot grant {}: {e}", dir.display());
+    let handle = std::fs::File::open(dir).map_err(|e| cannot(&e))?;
+    #[cfg(target_os = "linux")]
+    let (real, open) = {
+        use std::os::fd::AsRawFd;
+        let via = std::path::PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
+        match std::fs::read_link(&via) {
+            Ok(real) => (real, via),
+            Err(_) => (std::fs::canonicalize(dir).map_err(|e| cannot(&e))?, dir.to_path_buf()),
+        }
+    };
+    #[cfg(not(target_os = "linux"))]
+    let (real, open) = (std::fs::canonicalize(dir).map_err(|e| cannot(&e))?, dir.to_path_buf());
+    if real != dir {
+        return Err(format!(
+            "{key}: '{}' now leads to '{}' (a link put in its place since the connector was admitted): refused; \
+             grant the directory itself",
+            dir.display(),
+            real.display()
+        ));
+    }
+    wasi.preopened_dir(&open, dir.to_string_lossy(), perms).map_err(|e| cannot(&format!("{e:#}")))?;
+    drop(handle);
+    Ok(())
+}
+
 /// Calls into sandboxes running now, in every runtime of the process (the ticker only
 /// asks whether there is any).
 static CALLS_RUNNING: AtomicUsize = AtomicUsize::new(0);
@@ -196,12 +232,10 @@ impl Runtime {
         let mut wasi = WasiCtxBuilder::new();
         wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).stdout(log.stdout()).stderr(log.stderr());
         for dir in &sandbox.fs_write {
-            wasi.preopened_dir(dir, dir.to_string_lossy(), FsPerms::ReadWrite)
-                .map_err(|e| CallError::Setup(format!("cannot grant {}: {e:#}", dir.display())))?;
+            preopen_granted(&mut wasi, dir, FsPerms::ReadWrite).map_err(CallError::Setup)?;
         }
         for dir in sandbox.fs_read.iter().filter(|d| !sandbox.fs_write.contains(d)) {
-            wasi.preopened_dir(dir, dir.to_string_lossy(), FsPerms::ReadOnly)
-                .map_err(|e| CallError::Setup(format!("cannot grant {}: {e:#}", dir.display())))?;
+            preopen_granted(&mut wasi, dir, FsPerms::ReadOnly).map_err(CallError::Setup)?;
         }
         let state = HostState {
             wasi: wasi.build(),

@@ -349,3 +349,113 @@ fn errors_are_connect_json_and_input_is_taken_liberally() {
         (offsets["offsets"][0]["offset"]["seq"] == 4).then_some(())
     });
 }
+
+#[test]
+fn another_sites_page_cannot_drive_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), None);
+    let host = server.base.trim_start_matches("http://").to_string();
+    let port = host.rsplit_once(':').unwrap().1.to_string();
+    let body = json!({"name": "csrf", "config": {"connector.class": "counter", "topic": "csrf"}}).to_string();
+    let post = |host: &str, extra: &str| {
+        server.raw(&format!(
+            "POST /connectors HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Type: text/plain;charset=UTF-8\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ))
+    };
+
+    // A form another site's page posts (as text/plain, which needs no CORS preflight).
+    let (status, answer) = post(&host, "Origin: http://evil.example\r\n");
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("Cross-origin") && answer.contains("\"error_code\":403"), "{answer}");
+    // The same page after DNS rebinding: its own name, resolving to this address.
+    let rebound = format!("evil.example:{port}");
+    let (status, answer) = post(&rebound, &format!("Origin: http://{rebound}\r\n"));
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("evil.example"), "{answer}");
+    let (status, answer) =
+        server.raw(&format!("GET /connectors HTTP/1.1\r\nHost: {rebound}\r\nConnection: close\r\n\r\n"));
+    assert_eq!(status, 403, "a rebound page cannot read answers either: {answer}");
+    assert_eq!(server.get("/connectors").json(), json!([]), "nothing was created");
+
+    // The API's own page (the console) and a client addressing localhost pass.
+    let (status, answer) = post(&format!("localhost:{port}"), &format!("Origin: http://localhost:{port}\r\n"));
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(server.get("/connectors").json(), json!(["csrf"]));
+}
+
+#[test]
+fn connect_3_x_requests_initial_state_patched_configs_and_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &plugin_folder(dir.path(), &["counter"]), None);
+    let create = |name: &str, initial: Value| {
+        let mut body: Value = serde_json::from_str(&counter(name, json!({"records.per.second": "200"}))).unwrap();
+        body["initial_state"] = initial;
+        server.call("POST", "/connectors", None, Some(&body.to_string()))
+    };
+
+    // KIP-980: created STOPPED, it writes nothing and lists no tasks; its offsets can be
+    // set before its first record, and it starts from them when resumed.
+    assert_eq!(create("s", json!("STOPPED")).status, 201);
+    let status = server.get("/connectors/s/status").json();
+    assert_eq!(status["connector"]["state"], "STOPPED", "{status}");
+    assert_eq!(status["tasks"], json!([]));
+    assert_eq!(server.get("/connectors/s/tasks").json(), json!([]));
+    let patch = json!({"offsets": [{"partition": {"counter": 0}, "offset": {"seq": 99}}]}).to_string();
+    assert_eq!(server.call("PATCH", "/connectors/s/offsets", None, Some(&patch)).status, 200);
+    assert_eq!(server.call("PUT", "/connectors/s/resume", None, None).status, 202);
+    server.wait_for("s running", "/connectors/s/status", None, |s| all_in(s, "RUNNING", 2));
+    wait_until("s past its offset", || (counter_records(&data, "default", "s").len() > 10).then_some(()));
+    // Stopped again: Connect lists no tasks for a stopped connector.
+    assert_eq!(server.call("PUT", "/connectors/s/stop", None, None).status, 204);
+    assert_eq!(server.get("/connectors/s/tasks").json(), json!([]));
+    assert_eq!(server.get("/connectors/s").json()["tasks"], json!([]));
+    let task0: Vec<u64> =
+        counter_records(&data, "default", "s").into_iter().filter(|(t, _)| *t == 0).map(|(_, s)| s).collect();
+    assert_eq!(task0.first(), Some(&100), "task 0 started after the offset set while stopped: {task0:?}");
+
+    assert_eq!(create("p", json!("paused")).status, 201, "any case, as Connect takes it");
+    server.wait_for("p paused", "/connectors/p/status", None, |s| all_in(s, "PAUSED", 2));
+    assert!(counter_records(&data, "default", "p").is_empty(), "created paused: no record");
+    let bogus = create("b", json!("BOGUS")).assert_error(400);
+    assert!(bogus.contains("initial_state"), "{bogus}");
+    create("b", json!(3)).assert_error(400);
+    server.get("/connectors/b").assert_error(404);
+
+    // KIP-477: PATCH sets keys and removes those given as null.
+    let patched = server.call(
+        "PATCH",
+        "/connectors/p/config",
+        None,
+        Some(r#"{"records.per.second": "50", "tasks.max": null, "batch.size": "7"}"#),
+    );
+    assert_eq!(patched.status, 200, "{patched:?}");
+    let config = server.get("/connectors/p/config").json();
+    assert_eq!(config["records.per.second"], "50");
+    assert_eq!(config["batch.size"], "7");
+    assert!(config.get("tasks.max").is_none(), "{config}");
+    assert_eq!(config["topic"], "p", "untouched keys stay");
+    server.wait_for("p paused with one task", "/connectors/p/status", None, |s| all_in(s, "PAUSED", 1));
+    server.call("PATCH", "/connectors/p/config", None, Some(r#"{"tasks.max": "0"}"#)).assert_error(400);
+    server.call("PATCH", "/connectors/p/config", None, Some(r#"{"name": "other"}"#)).assert_error(400);
+    server.call("PATCH", "/connectors/nope/config", None, Some(r#"{"topic": "x"}"#)).assert_error(404);
+    assert_eq!(server.get("/connectors/p/config").json()["tasks.max"], Value::Null, "a refused patch changes nothing");
+
+    // Names: trimmed as Connect trims them; `.` and `..` cannot be named in a URL.
+    let padded = json!({"name": " padded ", "config": {"connector.class": "counter", "topic": "x"}}).to_string();
+    let created = server.call("POST", "/connectors", None, Some(&padded));
+    assert_eq!(created.status, 201, "{created:?}");
+    assert_eq!(created.json()["name"], "padded");
+    for name in [".", ".."] {
+        let body = json!({"name": name, "config": {"connector.class": "counter", "topic": "x"}}).to_string();
+        let refused = server.call("POST", "/connectors", None, Some(&body)).assert_error(400);
+        assert!(refused.contains("name"), "{refused}");
+    }
+
+    // KIP-875: an empty list of offsets to change is a mistake, not a success.
+    assert_eq!(server.call("PUT", "/connectors/p/stop", None, None).status, 204);
+    let empty = server.call("PATCH", "/connectors/p/offsets", None, Some(r#"{"offsets": []}"#)).assert_error(400);
+    assert!(empty.contains("empty"), "{empty}");
+}

@@ -1,5 +1,5 @@
 //! Concurrent requests: 50 parallel creates of one name give exactly one 201 (the rest
-//! 409), and 200 connectors created through the API by parallel clients are all listed
+//! 409), a create racing a delete of its name is a 201 or a 409 (never a 404), and 200 connectors created through the API by parallel clients are all listed
 //! with their status. (How fast that list answers is `sluice-bench rest`.)
 
 use std::sync::{Arc, Barrier};
@@ -41,6 +41,32 @@ fn parallel_creates_of_one_name_make_one_connector() {
     assert_eq!(server.get("/connectors").json(), json!(["same"]));
     assert_eq!(server.get("/connectors/same/config").json()["topic"], format!("t{winner}"));
     server.wait_for("the winner running", "/connectors/same/status", None, |s| s["connector"]["state"] == "RUNNING");
+}
+
+#[test]
+fn a_create_racing_a_delete_of_its_name_is_created_or_conflicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Arc::new(Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), None));
+    let body = json!({"name": "race", "config": {"connector.class": "counter", "topic": "race"}}).to_string();
+    for round in 0..20 {
+        let barrier = Arc::new(Barrier::new(2));
+        let (creator, deleter) = (server.clone(), server.clone());
+        let (body, b1, b2) = (body.clone(), barrier.clone(), barrier);
+        let create = std::thread::spawn(move || {
+            b1.wait();
+            creator.call("POST", "/connectors", None, Some(&body))
+        });
+        let delete = std::thread::spawn(move || {
+            b2.wait();
+            deleter.call("DELETE", "/connectors/race", None, None).status
+        });
+        let (created, deleted) = (create.join().unwrap(), delete.join().unwrap());
+        assert!(matches!(created.status, 201 | 409), "round {round}: {created:?}");
+        if created.status == 201 {
+            assert_eq!(created.json()["name"], "race", "round {round}: {created:?}");
+        }
+        assert!(matches!(deleted, 204 | 404), "round {round}: delete answered {deleted}");
+    }
 }
 
 #[test]

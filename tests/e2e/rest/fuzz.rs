@@ -80,7 +80,10 @@ fn schemathesis_finds_no_server_error_and_no_non_json_error() {
         .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
         .args(["--checks", "not_a_server_error,content_type_conformance"])
         .args(["--phases", "examples,coverage,fuzzing,stateful"])
-        .args(["--max-examples", "100", "--workers", "2", "--seed", "1"])
+        // One worker: with two, hypothesis' shared lambda-source cache races in CPython's
+        // AST parser now and then ("AST constructor recursion depth mismatch"), a tool
+        // error that says nothing of the server.
+        .args(["--max-examples", "100", "--workers", "1", "--seed", "1"])
         .args(["--suppress-health-check", "all", "--request-timeout", "60", "--no-color"])
         .output()
         .expect("running schemathesis");

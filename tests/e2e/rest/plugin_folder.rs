@@ -116,3 +116,60 @@ fn plugins_come_and_go_while_connectors_stream() {
         assert_counter_exactly_once(&counter_records(&data, "default", name), 2, COUNT, name);
     }
 }
+
+#[test]
+fn a_connector_whose_plugin_was_gone_at_start_is_restarted_once_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plugins = plugin_folder(dir.path(), &["counter"]);
+    let mut server = Server::start(&data, &plugins, None);
+    let body =
+        json!({"name": "c", "config": {"connector.class": "counter", "topic": "c", "records.per.second": "100"}});
+    assert_eq!(server.call("POST", "/connectors", None, Some(&body.to_string())).status, 201);
+    server.wait_for("c running", "/connectors/c/status", None, |s| all_in(s, "RUNNING", 1));
+    assert!(server.terminate().success());
+
+    // Brought back without its plugin: FAILED, saying why; a restart is refused with why.
+    let code = std::fs::read(plugins.join("counter.wasm")).unwrap();
+    std::fs::remove_file(plugins.join("counter.wasm")).unwrap();
+    let server = Server::start(&data, &plugins, None);
+    let failed = server.wait_for("c failed", "/connectors/c/status", None, |s| s["connector"]["state"] == "FAILED");
+    assert!(failed["connector"]["trace"].as_str().is_some_and(|t| t.contains("counter")), "{failed}");
+    let refused = server.call("POST", "/connectors/c/restart", None, None).assert_error(400);
+    assert!(refused.contains("connector.class") && !refused.contains("STOPPED"), "{refused}");
+
+    // The plugin back in the folder: a restart starts it, as Connect restarts a FAILED one.
+    std::fs::write(plugins.join("counter.wasm"), code).unwrap();
+    crate::wait_until("counter back", || plugin_version(&server, "counter"));
+    let restarted = server.call("POST", "/connectors/c/restart?includeTasks=true", None, None);
+    assert_eq!(restarted.status, 202, "{restarted:?}");
+    server.wait_for("c running again", "/connectors/c/status", None, |s| all_in(s, "RUNNING", 1));
+    let before = counter_records(&data, "default", "c").len();
+    crate::wait_until("c streaming again", || (counter_records(&data, "default", "c").len() > before).then_some(()));
+}
+
+#[test]
+fn serve_answers_and_streams_before_a_slow_plugin_of_the_folder_is_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plugins = plugin_folder(dir.path(), &["counter", "slow-config-def"]);
+    std::fs::write(plugins.join("garbage.wasm"), b"not a component").unwrap();
+    let server = Server::start(&data, &plugins, None);
+    let body = json!({"name": "fast", "config": {"connector.class": "counter", "topic": "fast", "record.count": "5"}});
+    assert_eq!(server.call("POST", "/connectors", None, Some(&body.to_string())).status, 201);
+    crate::wait_until("the counter's five records", || {
+        (counter_records(&data, "default", "fast").len() == 5).then_some(())
+    });
+    // slow-config-def's config-def runs into its 10 s load deadline; nothing waited for it.
+    assert!(!server.log().contains("slow-config-def"), "{}", server.log());
+
+    // The plugin lists are of the whole folder: they answer once every file was looked at.
+    assert_eq!(
+        server.get("/connector-plugins").json(),
+        json!([{"class": "counter", "type": "source", "version": "0.1.0"}])
+    );
+    let rejected = server.get("/sluice/rejected-plugins").json();
+    let files: Vec<&str> = rejected.as_array().unwrap().iter().map(|r| r["file"].as_str().unwrap()).collect();
+    assert!(files.iter().any(|f| f.ends_with("slow-config-def.wasm")), "{rejected}");
+    assert!(files.iter().any(|f| f.ends_with("garbage.wasm")), "{rejected}");
+}

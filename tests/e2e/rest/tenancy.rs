@@ -184,3 +184,59 @@ fn tenants_see_and_touch_only_their_own_connectors() {
     assert_eq!(server.call("DELETE", "/connectors/globex%2Fby-op", Some(OPERATOR), None).status, 204);
     server.call("GET", "/connectors/by-op", Some(GLOBEX), None).assert_error(404);
 }
+
+/// The values of a tenant's local topic.
+fn topic_values(data: &std::path::Path, tenant: &str, topic: &str) -> Vec<String> {
+    let stores = crate::stores(data).unwrap();
+    let page = stores.local().read(tenant, topic, 0, 100_000).unwrap();
+    page.into_iter().map(|stored| String::from_utf8_lossy(&stored.record.value.unwrap()).into_owned()).collect()
+}
+
+#[test]
+fn a_granted_directory_swapped_for_a_link_is_not_followed_on_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::canonicalize(path).unwrap()
+    };
+    let (acme_root, globex_root) = (root("acme"), root("globex"));
+    let toml = format!(
+        "[[tenant]]\nname = \"acme\"\ntoken_sha256 = \"{}\"\nroots = [\"{}\"]\n\n\
+         [[tenant]]\nname = \"globex\"\ntoken_sha256 = \"{}\"\nroots = [\"{}\"]\n",
+        sluice::config::hash_token(ACME),
+        acme_root.display(),
+        sluice::config::hash_token(GLOBEX),
+        globex_root.display(),
+    );
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, toml).unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &plugin_folder(dir.path(), &["file-pulse"]), Some(&config));
+
+    let inbox = acme_root.join("in");
+    std::fs::create_dir(&inbox).unwrap();
+    std::fs::write(inbox.join("mine.txt"), "acme-line\n").unwrap();
+    std::fs::write(globex_root.join("secret.txt"), "globex-secret\n").unwrap();
+    let pulse = json!({"name": "fp", "config": {
+        "connector.class": "file-pulse", "topic": "fp", "tasks.max": "1",
+        "fs.listing.directory.path": inbox, "sandbox.fs.read": inbox,
+        "monitor.interval.ms": "100", "fs.listing.interval.ms": "100"}});
+    assert_eq!(server.call("POST", "/connectors", Some(ACME), Some(&pulse.to_string())).status, 201);
+    crate::wait_until("acme's line", || (topic_values(&data, "acme", "fp") == ["acme-line"]).then_some(()));
+
+    // The granted directory becomes a link into globex's root, then acme restarts it.
+    std::fs::rename(&inbox, acme_root.join("in.real")).unwrap();
+    std::os::unix::fs::symlink(&globex_root, &inbox).unwrap();
+    let restarted = server.call("POST", "/connectors/fp/restart?includeTasks=true", Some(ACME), None);
+    assert_eq!(restarted.status, 202, "{restarted:?}");
+    let failed =
+        server.wait_for("fp failed", "/connectors/fp/status", Some(ACME), |s| s["connector"]["state"] == "FAILED");
+    let trace = failed["connector"]["trace"].as_str().unwrap_or_default();
+    assert!(trace.contains("sandbox.fs.read") && trace.contains("now leads to"), "{failed}");
+    // Its task, restarted too, is not running on the link either: nothing of globex's is read.
+    server.wait_for("its task stopped or failed", "/connectors/fp/status", Some(ACME), |s| {
+        s["tasks"].as_array().is_some_and(|t| t.iter().all(|t| t["state"] == "FAILED"))
+    });
+    assert_eq!(topic_values(&data, "acme", "fp"), ["acme-line"], "another tenant's file was read");
+}
