@@ -3,8 +3,8 @@
 //! writer appending throughout, copytruncate, a recursive listing that holds the success
 //! folder, `move` onto a name already archived, a file that fails part way and is
 //! retried, a name that is not UTF-8, a last line without its newline in tail mode,
-//! `tasks.max` far above the work, a finished file that changes, and one line too large
-//! for a record.
+//! `tasks.max` far above the work, a finished file that changes, one line too large for a
+//! record, a file replaced or removed while it is read, and a move cut short by a crash.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -364,4 +364,94 @@ async fn one_line_too_large_for_a_record_fails_its_file_alone() {
     assert!(offset["failed"].as_str().unwrap().contains("sandbox.record.max.bytes"), "{offset}");
     let status = host.status("pulse").unwrap();
     assert!(status.tasks.iter().all(|t| t.state == State::Running), "{status:?}");
+}
+
+/// A host whose tenant `slow` may send 300 records a second in all: a file of a few
+/// thousand lines stays open for seconds, long enough to change the directory under it.
+async fn slow_host() -> TestHost {
+    let root = std::fs::canonicalize(std::env::temp_dir()).unwrap();
+    let toml = format!(
+        "[[tenant]]\nname = \"slow\"\nroots = [\"{}\"]\n[tenant.quotas]\nrecords_per_second = 300\n",
+        root.display()
+    );
+    TestHost::with_tenants(&["file-pulse"], &toml).await
+}
+
+fn slow_values(host: &TestHost) -> Vec<String> {
+    let records = host.herder.services().stores.local().read("slow", "lines", 0, usize::MAX >> 1).unwrap();
+    records.into_iter().map(|r| String::from_utf8(r.record.value.unwrap().to_vec()).unwrap()).collect()
+}
+
+/// `big.txt` (3,000 lines) is being read by the one task when it is replaced by a new
+/// file of the same name, or removed as another file arrives. The new file used to go
+/// to that task at once, whose restart reopened `big.txt` by its path and lost the
+/// lines it had not read yet; now the task reads it to its end first.
+async fn changed_while_read(replace: bool) {
+    let host = slow_host().await;
+    let dirs = Dirs::new();
+    let config = dirs.config(&[("tenant", "slow"), ("tasks.max", "1"), ("poll.max.records", "50")]);
+    host.start(pulse("pulse", &config)).await;
+    let old: Vec<String> = (0..3000).map(|i| format!("old {i}")).collect();
+    drop_file(dirs.inbox.path(), "big.txt", format!("{}\n", old.join("\n")).as_bytes());
+    wait_until("big.txt being read", || (slow_values(&host).len() >= 100).then_some(())).await;
+    let new = if replace {
+        drop_file(dirs.inbox.path(), "big.txt", b"new a\nnew b\n");
+        ["new a", "new b"]
+    } else {
+        std::fs::remove_file(dirs.inbox.path().join("big.txt")).unwrap();
+        drop_file(dirs.inbox.path(), "other.txt", b"other a\nother b\n");
+        ["other a", "other b"]
+    };
+    let mut expected: Vec<String> = old.into_iter().chain(new.map(String::from)).collect();
+    expected.sort();
+    let ns = Namespace::new("slow", "pulse");
+    wait_until("both files done", || {
+        let offsets = host.herder.services().stores.offsets().all_offsets(&ns).unwrap();
+        let done = offsets.iter().filter(|(_, o)| serde_json::from_str::<Value>(o).unwrap()["done"] == true).count();
+        (done == 2).then_some(())
+    })
+    .await;
+    let mut values = slow_values(&host);
+    values.sort();
+    let what = if replace { "replaced" } else { "removed" };
+    assert_eq!(values.len(), expected.len(), "{what} while read: {} lines sent of {}", values.len(), expected.len());
+    assert_eq!(values, expected, "{what} while read: lines lost or sent twice");
+    let offsets = host.herder.services().stores.offsets().all_offsets(&ns).unwrap();
+    assert!(!offsets.iter().any(|(_, o)| o.contains("missing")), "a file was given up: {offsets:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_replaced_by_the_same_name_while_read_is_read_to_its_end() {
+    changed_while_read(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_removed_while_read_as_another_arrives_is_read_to_its_end() {
+    changed_while_read(false).await;
+}
+
+/// A move to the success folder is a link, then an unlink of the listed name; a crash
+/// between the two leaves the file under both names. The restarted connector finishes
+/// that move instead of archiving the file a second time as `f-1.txt`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_cut_short_by_a_crash_is_finished_not_repeated() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    host.start(pulse("pulse", &dirs.config(&[]))).await;
+    drop_file(dirs.inbox.path(), "f.txt", b"one\ntwo\n");
+    wait_until("f.txt read", || (host.values("lines").len() == 2).then_some(())).await;
+    wait_until("f.txt done", || offsets_by_path(&host).get("f.txt").filter(|o| o["done"] == true).map(|_| ())).await;
+    host.herder.delete(&Namespace::new(DEFAULT_TENANT, "pulse")).await.unwrap();
+
+    // The state the crash left: archived, and still listed.
+    std::fs::hard_link(dirs.inbox.path().join("f.txt"), dirs.done.path().join("f.txt")).unwrap();
+    let done = Dirs::path(&dirs.done);
+    host.start(pulse(
+        "pulse",
+        &dirs.config(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", &done)]),
+    ))
+    .await;
+    wait_until("f.txt gone from the inbox", || (!dirs.inbox.path().join("f.txt").exists()).then_some(())).await;
+    assert_eq!(files_in(dirs.done.path()), ["f.txt"], "archived twice");
+    assert_eq!(host.values("lines"), ["one", "two"], "read again");
 }

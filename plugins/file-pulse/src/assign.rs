@@ -4,7 +4,8 @@
 //! never more tasks than files that need them. Each task holds at most `window`
 //! unfinished files; the rest wait, so a directory of 100,000 files never becomes one
 //! huge task config. Only tasks whose list changes get a new config (and are restarted
-//! by the host).
+//! by the host), and a task the connector holds back (one reading a file that is no
+//! longer at its listed path, which a restart would lose) gets no new file.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -28,13 +29,15 @@ pub struct Assignment {
 
 impl Assignment {
     /// Moves files from `pending` onto tasks while there is room. `open(id)` says whether
-    /// an assigned file still needs its task. A task that receives files drops its
-    /// finished ones (its config changes anyway); other tasks are left exactly as they
-    /// were. Returns the tasks whose file list changed.
+    /// an assigned file still needs its task; `held(task)` whether a task must not be
+    /// restarted now, so gets nothing. A task that receives files drops its finished ones
+    /// (its config changes anyway); other tasks are left exactly as they were. Returns the
+    /// tasks whose file list changed.
     pub fn add(
         &mut self,
         pending: &mut VecDeque<Assigned>,
         open: impl Fn(&str) -> bool,
+        held: impl Fn(usize) -> bool,
         max_tasks: usize,
         window: usize,
     ) -> BTreeSet<usize> {
@@ -50,9 +53,10 @@ impl Assignment {
                 self.tasks.push(Vec::new());
                 load.push(0);
             }
-            let Some((task, _)) = load.iter().enumerate().filter(|(_, n)| **n < window).min_by_key(|(i, n)| (**n, *i))
+            let Some((task, _)) =
+                load.iter().enumerate().filter(|(i, n)| **n < window && !held(*i)).min_by_key(|(i, n)| (**n, *i))
             else {
-                break; // every task is full: the rest waits for room
+                break; // every task is full or held: the rest waits for room
             };
             let file = pending.pop_front().expect("front exists");
             if !changed.contains(&task) {
@@ -93,10 +97,10 @@ mod tests {
         let mut a = Assignment::default();
         let mut pending: VecDeque<Assigned> = [file("1")].into();
         // One file, tasks.max 600: one task.
-        assert_eq!(a.add(&mut pending, |_| true, 600, 100), BTreeSet::from([0]));
+        assert_eq!(a.add(&mut pending, |_| true, |_| false, 600, 100), BTreeSet::from([0]));
         assert_eq!(a.tasks.len(), 1);
         let mut pending: VecDeque<Assigned> = ["2", "3", "4", "5"].map(file).into();
-        let changed = a.add(&mut pending, |_| true, 3, 100);
+        let changed = a.add(&mut pending, |_| true, |_| false, 3, 100);
         assert_eq!(changed, BTreeSet::from([0, 1, 2]));
         assert_eq!(a.tasks.iter().map(|t| ids(t)).collect::<Vec<_>>(), [vec!["1", "4"], vec!["2", "5"], vec!["3"]]);
     }
@@ -105,25 +109,46 @@ mod tests {
     fn new_files_go_to_the_least_loaded_task_and_others_stay() {
         let mut a = Assignment::default();
         let mut pending: VecDeque<Assigned> = ["1", "2", "3"].map(file).into();
-        a.add(&mut pending, |_| true, 3, 100);
+        a.add(&mut pending, |_| true, |_| false, 3, 100);
         // Task 1's file finished: the next file goes to task 1 and task 1 drops it.
         let open = |id: &str| id != "2";
         let before = a.clone();
         let mut pending: VecDeque<Assigned> = [file("6")].into();
-        assert_eq!(a.add(&mut pending, open, 3, 100), BTreeSet::from([1]));
+        assert_eq!(a.add(&mut pending, open, |_| false, 3, 100), BTreeSet::from([1]));
         assert_eq!(ids(&a.tasks[1]), ["6"]);
         assert_eq!((&a.tasks[0], &a.tasks[2]), (&before.tasks[0], &before.tasks[2]));
         // A file already assigned and open is not added twice.
         let mut pending: VecDeque<Assigned> = [file("6")].into();
-        assert!(a.add(&mut pending, open, 3, 100).is_empty());
+        assert!(a.add(&mut pending, open, |_| false, 3, 100).is_empty());
         assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_held_task_gets_no_new_file() {
+        let mut a = Assignment::default();
+        let mut pending: VecDeque<Assigned> = ["1", "2"].map(file).into();
+        a.add(&mut pending, |_| true, |_| false, 2, 100);
+        // Task 0 is held: new files go to task 1, even past task 0's share.
+        let mut pending: VecDeque<Assigned> = ["3", "4"].map(file).into();
+        assert_eq!(a.add(&mut pending, |_| true, |task| task == 0, 2, 100), BTreeSet::from([1]));
+        assert_eq!(a.tasks.iter().map(|t| ids(t)).collect::<Vec<_>>(), [vec!["1"], vec!["2", "3", "4"]]);
+        // With every task held (tasks.max reached), files wait.
+        let mut pending: VecDeque<Assigned> = [file("5")].into();
+        assert!(a.add(&mut pending, |_| true, |_| true, 2, 100).is_empty());
+        assert_eq!(pending.len(), 1);
+        // A held task does not stop a new one from opening below tasks.max.
+        let mut b = Assignment::default();
+        let mut pending: VecDeque<Assigned> = [file("1")].into();
+        b.add(&mut pending, |_| true, |_| false, 3, 100);
+        let mut pending: VecDeque<Assigned> = [file("2")].into();
+        assert_eq!(b.add(&mut pending, |_| true, |task| task == 0, 3, 100), BTreeSet::from([1]));
     }
 
     #[test]
     fn a_full_window_leaves_files_waiting_and_idle_tasks_at_the_end_go() {
         let mut a = Assignment::default();
         let mut pending: VecDeque<Assigned> = ["1", "2", "3", "4", "5"].map(file).into();
-        a.add(&mut pending, |_| true, 2, 2);
+        a.add(&mut pending, |_| true, |_| false, 2, 2);
         assert_eq!(a.tasks.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2]);
         assert_eq!(ids(&pending.iter().cloned().collect::<Vec<_>>()), ["5"]);
         // Task 1's files finish: nothing changes until the tail is dropped.

@@ -224,8 +224,10 @@ struct ConnectorState {
     max_tasks: usize,
     /// The listed directory's own paths that a recursive walk must not enter.
     excluded: BTreeSet<String>,
-    /// Files cleaned up since the last tick's summary line.
+    /// Files cleaned up since the last tick's summary line: finished ones, and failed
+    /// ones moved to the failure path.
     cleaned: u64,
+    cleaned_failed: u64,
     /// How many undecodable names the log last reported (it warns again only when the
     /// number changes).
     undecodable_reported: u64,
@@ -437,7 +439,11 @@ impl ConnectorState {
         match result {
             Ok(done) => {
                 log::debug(&done);
-                self.cleaned += 1;
+                if failed {
+                    self.cleaned_failed += 1;
+                } else {
+                    self.cleaned += 1;
+                }
                 true
             }
             Err(e) => {
@@ -559,12 +565,32 @@ impl ConnectorState {
         restart
     }
 
+    /// The tasks that must not be restarted now: each holds an unfinished file that is no
+    /// longer at the path the walk last saw it under (removed, or its name now another
+    /// file's, as when the same name is dropped again while it is read). The task reads it
+    /// on through the descriptor it has open; a restart would reopen it by path and lose
+    /// the rest. They get new files once that file is done.
+    fn held_tasks(&self) -> Vec<bool> {
+        self.assignment
+            .tasks
+            .iter()
+            .map(|files| {
+                files.iter().filter(|f| self.is_open(&f.id)).any(|f| {
+                    let path = self.known.get(&f.id).map_or(&f.path, |k| &k.path);
+                    identity(&self.absolute(path)).as_deref() != Some(f.id.as_str())
+                })
+            })
+            .collect()
+    }
+
     fn assign(&mut self) -> BTreeSet<usize> {
         let window = self.window();
+        let held = if self.pending.is_empty() { Vec::new() } else { self.held_tasks() };
         let mut pending = std::mem::take(&mut self.pending);
         let known = &self.known;
         let open = |id: &str| known.get(id).is_some_and(|k| k.state == KnownState::Assigned);
-        let mut changed = self.assignment.add(&mut pending, open, self.max_tasks, window);
+        let held = |task: usize| held.get(task).copied().unwrap_or(false);
+        let mut changed = self.assignment.add(&mut pending, open, held, self.max_tasks, window);
         for task in &changed {
             for file in &mut self.assignment.tasks[*task] {
                 if let Some(known) = self.known.get_mut(&file.id) {
@@ -607,6 +633,12 @@ fn move_without_overwriting(source: &str, root: &str, relative: &str) -> std::io
         let candidate = if n == 0 { target.clone() } else { format!("{dir}/{stem}-{n}{extension}") };
         match std::fs::hard_link(source, &candidate) {
             Ok(()) => {
+                std::fs::remove_file(source)?;
+                return Ok(candidate);
+            }
+            // The same file under that name: a move cut short between its link and its
+            // unlink (a crash), finished now rather than linked again under a new name.
+            Err(_) if identity(&candidate).is_some() && identity(&candidate) == identity(source) => {
                 std::fs::remove_file(source)?;
                 return Ok(candidate);
             }
@@ -768,6 +800,13 @@ impl Connector for ConnectorState {
                 std::mem::take(&mut self.cleaned)
             ));
         }
+        if self.cleaned_failed > 0 {
+            log::info(&format!(
+                "{} file(s) that could not be read moved to {}",
+                std::mem::take(&mut self.cleaned_failed),
+                printable(&self.settings().move_failure)
+            ));
+        }
         Ok(())
     }
 }
@@ -907,9 +946,12 @@ impl TaskState {
             if open_plain == 0 {
                 return Ok(()); // every slot holds a .gz stream: wait for one to finish
             }
+            // A file no longer at its path (removed, or its name taken by another file)
+            // can only be read through its open reader: that one is never closed.
             let lru = (0..self.files.len())
                 .filter(|&i| !self.files[i].key.path.ends_with(".gz"))
                 .filter_map(|i| Some((i, self.files[i].open.as_ref()?.last_poll)))
+                .filter(|&(i, _)| identity(&self.files[i].absolute).as_deref() == Some(self.files[i].key.id.as_str()))
                 .min_by_key(|(_, poll)| *poll)
                 .map(|(i, _)| i);
             if let Some(lru) = lru {
