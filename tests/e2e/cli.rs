@@ -1,6 +1,7 @@
 //! The CLI: bad connector files and configs get one line naming the file, the key and the
 //! reason, with exit code 2; `plugins` lists rejected files; SIGTERM stops gracefully.
 
+use std::path::Path;
 use std::process::Stdio;
 
 use crate::{connector_file, run, sluice, wait_until};
@@ -91,6 +92,14 @@ fn plugins_lists_loaded_and_rejected_files() {
     let count = text.lines().find(|l| l.trim_start().starts_with("record.count ")).unwrap_or_else(|| panic!("{text}"));
     assert!(count.contains("default \"0\""), "{count}");
     assert!(text.contains("rejected ") && text.contains("broken.wasm"), "{text}");
+
+    // A directory and a link to nothing named `*.wasm` are listed with why, not skipped.
+    std::fs::create_dir(dir.path().join("folder.wasm")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("gone.wasm"), dir.path().join("dangling.wasm")).unwrap();
+    let output = run(&["plugins", "--plugin-path", dir.path().to_str().unwrap(), "--data-dir", data.to_str().unwrap()]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("folder.wasm: a directory, not a component file"), "{text}");
+    assert!(text.contains("dangling.wasm: cannot be read"), "{text}");
 }
 
 #[test]
@@ -199,4 +208,98 @@ fn until_done_exits_0_once_every_connector_finished_and_1_when_one_failed() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("connector 'failing' task 0 FAILED:") && stderr.contains("bad topic"), "{stderr}");
+}
+
+/// Runs `sluice ARGS` in bash with its output piped as `pipe` says (`2>&1 | head -1`), and
+/// returns sluice's own exit code and what it wrote to a stderr file (empty when stderr
+/// went into the pipe too), killing it if it has not ended within the deadline.
+fn piped(args: &[&str], pipe: &str, cwd: &Path) -> (i32, String) {
+    let script = format!("\"$0\" {} {pipe}; exit ${{PIPESTATUS[0]}}", args.join(" "));
+    let mut child = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_sluice"))
+        .env("SLUICE_PLUGIN_PATH", sluice::BUILT_PLUGINS)
+        .current_dir(cwd)
+        .spawn()
+        .unwrap();
+    let code = crate::wait_until(&format!("sluice {args:?} {pipe} to end"), || child.try_wait().unwrap());
+    (code.code().unwrap_or(-1), std::fs::read_to_string(cwd.join("stderr.txt")).unwrap_or_default())
+}
+
+/// A reader that goes away ends a command quietly: no panic, success for the commands
+/// that only print, exit 1 for a `stdout` run (nothing it could not write is committed),
+/// also when its stderr went into the same pipe (a log line to a closed stderr used to
+/// panic the worker thread that wrote it and hang the run).
+#[test]
+fn a_reader_that_goes_away_ends_every_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::write(
+        dir.path().join("c.json"),
+        r#"{"name": "c", "config": {"connector.class": "counter", "topic": "t", "record.count": "20", "finish": "true"}}"#,
+    )
+    .unwrap();
+    let out = sluice()
+        .current_dir(dir.path())
+        .args(["run", "--until-done", "--data-dir", "data", "c.json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(data.exists());
+    for args in [
+        &["plugins"][..],
+        &["plugins", "--json"],
+        &["topics", "list", "--data-dir", "data"],
+        &["topics", "read", "t", "--data-dir", "data"],
+        &["offsets", "c", "--data-dir", "data"],
+        &["hash-token", "secret"],
+    ] {
+        // The reader is gone before the command writes anything.
+        let (code, stderr) = piped(args, "2>stderr.txt | (exec 0<&-; true)", dir.path());
+        assert!(!stderr.contains("panicked"), "sluice {args:?}: {stderr}");
+        assert_eq!(code, 0, "sluice {args:?}: {stderr}");
+    }
+    std::fs::write(
+        dir.path().join("out.json"),
+        r#"{"name": "out", "config": {"connector.class": "counter", "topic": "o", "destination": "stdout"}}"#,
+    )
+    .unwrap();
+    for pipe in ["2>stderr.txt | head -3 >/dev/null", "2>&1 | head -3 >/dev/null"] {
+        let _ = std::fs::remove_file(dir.path().join("stderr.txt"));
+        let (code, stderr) = piped(&["run", "--data-dir", "data", "out.json"], pipe, dir.path());
+        assert!(!stderr.contains("panicked"), "{pipe}: {stderr}");
+        assert_eq!(code, 1, "{pipe}: {stderr}");
+    }
+}
+
+/// A worker config that cannot be used is refused like a bad connector file: one line
+/// naming the file and what is wrong, exit code 2, nothing started.
+#[test]
+fn a_bad_worker_config_exits_2_naming_the_file_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = connector_file(
+        dir.path(),
+        "c.json",
+        r#"{"name": "c", "config": {"connector.class": "counter", "topic": "t"}}"#,
+    );
+    for (toml, expected) in [
+        ("[sandbox]\nmax_instances = 0\n", "max_instances: 0 is not between 1 and 16384"),
+        ("[sandbox\n", "sluice.toml"),
+        ("[[tenant]]\nname = \"a.b\"\n", "tenant \"a.b\""),
+    ] {
+        let config = connector_file(dir.path(), "sluice.toml", toml);
+        let output = sluice()
+            .args(["run", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .arg("--config")
+            .arg(&config)
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{toml}: {stderr}");
+        assert!(stderr.contains("sluice.toml") && stderr.contains(expected), "{toml}: {stderr}");
+        assert!(!dir.path().join("data").exists(), "{toml}: something started");
+    }
 }

@@ -5,6 +5,27 @@
 //! The benchmarks are a separate binary (`sluice-bench`, in `bench/`).
 //!
 //! May use every other layer.
+//!
+//! Output never panics: a reader that goes away (`sluice plugins | head -1`) ends a
+//! command quietly with success, and messages to a closed stderr are dropped.
+
+/// `println!` that hands back the error instead of panicking; `main` ends the command
+/// quietly when stdout's reader went away.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)
+    }};
+}
+
+/// `eprintln!` that never panics: with stderr closed (`2>&1 | head -3`) the message is
+/// dropped and the command carries on.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 pub mod demo;
 pub mod scaffold;
@@ -55,11 +76,12 @@ impl DataDirArg {
 
 impl WorkerConfigPath {
     fn load(&self) -> anyhow::Result<WorkerConfig> {
-        match &self.worker_config {
+        let loaded = match &self.worker_config {
             Some(path) => WorkerConfig::load(path),
             None if Path::new("sluice.toml").exists() => WorkerConfig::load(Path::new("sluice.toml")),
             None => Ok(WorkerConfig::default()),
-        }
+        };
+        loaded.map_err(|e| anyhow::Error::new(BadWorkerConfig(format!("{e:#}"))))
     }
 
     /// The stores of an existing data directory, for the commands that read them.
@@ -256,26 +278,47 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,wasmtime=warn,cranelift=warn")),
         )
         .with_writer(std::io::stderr)
+        // Its report of a failed write is an eprintln!, which panics when stderr is
+        // gone (`2>&1 | head -3`): the panic took a worker thread's task with it.
+        .log_internal_errors(false)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            say!("error: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(dispatch(cli.command)) {
         Ok(code) => code,
+        // `sluice plugins | head -1`: the reader took what it wanted.
+        Err(e) if e.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(is_broken_pipe)) => {
+            ExitCode::SUCCESS
+        }
+        Err(e) if e.is::<BadWorkerConfig>() => {
+            say!("error: {e:#}");
+            ExitCode::from(CONFIG_ERROR)
+        }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            say!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
+/// A worker config (`sluice.toml`) that cannot be used: exit code 2, as a bad connector
+/// file gets.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct BadWorkerConfig(String);
+
+fn is_broken_pipe(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::BrokenPipe
+}
+
 fn config_error(e: &ConfigError) -> ExitCode {
-    eprintln!("error: {e}");
+    say!("error: {e}");
     ExitCode::from(CONFIG_ERROR)
 }
 
@@ -289,7 +332,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             serve::serve(&data.data_dir, &plugins.plugin_path, worker.load()?, &listen, insecure.insecure_listen).await
         }
         Command::HashToken { token } => {
-            println!("{}", crate::config::hash_token(&token));
+            out!("{}", crate::config::hash_token(&token))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugins { plugins, data, json } => list_plugins(&plugins.plugin_path, &data.dir(), json).await,
@@ -301,45 +344,36 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Demo { data, plugins, dir } => {
             let file = demo::prepare(&dir)?;
-            eprintln!(
+            say!(
                 "streaming {}/inbox with file-pulse: drop more files there; finished files move to {}/done",
                 dir.display(),
                 dir.display()
             );
-            eprintln!("then: sluice topics read lines | head   (records)   sluice offsets file-pulse-demo   (offsets)");
+            say!("then: sluice topics read lines | head   (records)   sluice offsets file-pulse-demo   (offsets)");
             run(&data.data_dir, &plugins.plugin_path, WorkerConfig::default(), &[file], None, false).await
         }
         Command::New { what: NewCommand::Connector { name, lang, dir } } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
             for file in scaffold::new_connector(&name, lang, &dir)? {
-                println!("created {}", file.display());
+                out!("created {}", file.display())?;
             }
-            println!("\nnext, in {}:", dir.display());
+            out!("\nnext, in {}:", dir.display())?;
             for step in scaffold::build_steps(lang, &name) {
-                println!("  {step}");
+                out!("  {step}")?;
             }
-            println!("  sluice run --plugin-path . connector.json");
+            out!("  sluice run --until-done --plugin-path . connector.json")?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Topics { command: TopicsCommand::List { data, worker, tenant } } => {
             let stores = worker.existing_stores(&data)?;
             known_tenant(&stores, &tenant.tenant)?;
             for (topic, count) in stores.local().topics(&tenant.tenant)? {
-                println!("{topic}\t{count}");
+                out!("{topic}\t{count}")?;
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Topics { command: TopicsCommand::Read { topic, data, worker, tenant, json, from } } => {
-            match read_topic(&worker.existing_stores(&data)?, &tenant.tenant, &topic, json, from) {
-                // `sluice topics read t | head` is fine.
-                Err(e)
-                    if e.downcast_ref::<std::io::Error>()
-                        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
-                {
-                    Ok(ExitCode::SUCCESS)
-                }
-                other => other,
-            }
+            read_topic(&worker.existing_stores(&data)?, &tenant.tenant, &topic, json, from)
         }
     }
 }
@@ -370,7 +404,7 @@ async fn run(
         Some((address, insecure)) => match serve::listen_address(&address, insecure, &worker).await {
             Ok(addr) => Some(addr),
             Err(message) => {
-                eprintln!("error: {message}");
+                say!("error: {message}");
                 return Ok(ExitCode::from(CONFIG_ERROR));
             }
         },
@@ -422,7 +456,7 @@ fn exit_code(exit: Option<String>) -> ExitCode {
     match exit {
         None => ExitCode::SUCCESS,
         Some(reason) => {
-            eprintln!("error: {reason}: stopped");
+            say!("error: {reason}: stopped");
             ExitCode::FAILURE
         }
     }
@@ -554,7 +588,10 @@ const UNTIL_DONE_CHECK: Duration = Duration::from_millis(100);
 /// showing progress meanwhile. With `until_done`, also ends when every connector is
 /// FINISHED (`None`) or one FAILED for good (`Some(why)`).
 async fn wait_for_signal_showing_progress(herder: &Herder, until_done: bool) -> anyhow::Result<Option<String>> {
+    // Both listened for once, before the loop: a `ctrl_c()` made anew at each turn missed
+    // a Ctrl-C that came while the loop body ran (the run then went on for good).
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let live = std::io::stderr().is_terminal();
     let mut checks = tokio::time::interval(UNTIL_DONE_CHECK);
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
@@ -563,11 +600,11 @@ async fn wait_for_signal_showing_progress(herder: &Herder, until_done: bool) -> 
     let mut seconds = 0u64;
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
+            _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
             reason = herder.services().exit.requested() => {
                 if live {
-                    eprintln!();
+                    say!();
                 }
                 return Ok(Some(reason));
             }
@@ -575,14 +612,14 @@ async fn wait_for_signal_showing_progress(herder: &Herder, until_done: bool) -> 
                 None => {}
                 Some(Ok(())) => {
                     if live {
-                        eprintln!();
+                        say!();
                     }
-                    eprintln!("every connector is FINISHED");
+                    say!("every connector is FINISHED");
                     return Ok(None);
                 }
                 Some(Err(why)) => {
                     if live {
-                        eprintln!();
+                        say!();
                     }
                     return Ok(Some(why));
                 }
@@ -602,15 +639,15 @@ async fn wait_for_signal_showing_progress(herder: &Herder, until_done: bool) -> 
                 }
                 let parts = progress_parts(&connectors);
                 if live {
-                    eprint!("\r\x1b[K{}", parts.join(" | "));
+                    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("\r\x1b[K{}", parts.join(" | ")).as_bytes());
                 } else {
-                    eprintln!("progress: {}", parts.join(" | "));
+                    say!("progress: {}", parts.join(" | "));
                 }
             }
         }
     }
     if live {
-        eprintln!();
+        say!();
     }
     Ok(None)
 }
@@ -625,23 +662,23 @@ async fn list_plugins(plugin_path: &Path, data_dir: &DataDir, json: bool) -> any
             .map(|p| json!({"name": p.name, "version": p.version, "file": p.file, "config": p.config_def}))
             .collect();
         let host: Vec<ConfigKeyInfo> = HOST_KEYS.iter().map(ConfigKeyInfo::from).collect();
-        println!("{}", json!({"plugins": plugins, "rejected": registry.rejected(), "host_config": host}));
+        out!("{}", json!({"plugins": plugins, "rejected": registry.rejected(), "host_config": host}))?;
     } else {
-        println!("{:<20} {:<16} FILE", "NAME", "VERSION");
+        out!("{:<20} {:<16} FILE", "NAME", "VERSION")?;
         for plugin in registry.plugins() {
-            println!("{:<20} {:<16} {}", plugin.name, plugin.version, plugin.file.display());
+            out!("{:<20} {:<16} {}", plugin.name, plugin.version, plugin.file.display())?;
             for key in &plugin.config_def {
                 let default = match &key.default_value {
                     Some(value) => format!("default {value:?}"),
                     None => "required".into(),
                 };
-                println!("    {:<34} {:<9} {:<18} {}", key.name, key.type_name, default, key.documentation);
+                out!("    {:<34} {:<9} {:<18} {}", key.name, key.type_name, default, key.documentation)?;
             }
         }
         for rejected in registry.rejected() {
-            println!("rejected {}: {}", rejected.file.display(), rejected.reason);
+            out!("rejected {}: {}", rejected.file.display(), rejected.reason)?;
         }
-        println!("(every connector also takes the host's keys: `sluice plugins --json` lists them as host_config)");
+        out!("(every connector also takes the host's keys: `sluice plugins --json` lists them as host_config)")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -675,10 +712,10 @@ fn offsets(stores: &Stores, tenant: &str, connector: &str, json: bool) -> anyhow
     if json {
         let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or(serde_json::Value::Null);
         let list: Vec<_> = offsets.iter().map(|(p, o)| json!({"partition": parse(p), "offset": parse(o)})).collect();
-        println!("{}", json!({ "offsets": list }));
+        out!("{}", json!({ "offsets": list }))?;
     } else {
         for (partition, offset) in offsets {
-            println!("{partition}\t{offset}");
+            out!("{partition}\t{offset}")?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -694,7 +731,7 @@ fn delete_offset(
     let partition = match crate::storage::json::canonical_object(partition) {
         Ok(partition) => partition,
         Err(e) => {
-            eprintln!("error: --delete: the partition is {e}");
+            say!("error: --delete: the partition is {e}");
             return Ok(ExitCode::from(CONFIG_ERROR));
         }
     };
@@ -702,10 +739,10 @@ fn delete_offset(
     let stores = worker.existing_stores(data)?;
     known_connector(&stores, tenant, connector)?;
     if stores.offsets().delete_offset(&Namespace::new(tenant, connector), &partition)? {
-        println!("deleted the offset of {partition}: it will be read from the start");
+        out!("deleted the offset of {partition}: it will be read from the start")?;
         Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!("error: connector {connector} has no committed offset for {partition}");
+        say!("error: connector {connector} has no committed offset for {partition}");
         Ok(ExitCode::FAILURE)
     }
 }

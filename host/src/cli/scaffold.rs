@@ -146,7 +146,10 @@ fn readme(name: &str, lang: Lang) -> String {
          tasks, resumes every stream after its committed offset.\n\n\
          ## Build\n\nNeeds {needs}.\n\n```sh\n{build}```\n\n\
          ## Run\n\n`sluice` loads every `<name>.wasm` in its plugin folder; this folder will do:\n\n\
-         ```sh\nsluice run --plugin-path . connector.json    # Ctrl-C to stop\nsluice topics read {name}\n```\n\n\
+         ```sh\nsluice run --until-done --plugin-path . connector.json    # ends once every stream is sent\n\
+         sluice topics read {name}\n```\n\n\
+         To send a file's text instead of the default message, grant its folder and name it:\n\n\
+         ```json\n\"message.file\": \"/data/hello.txt\", \"sandbox.fs.read\": \"/data\"\n```\n\n\
          See Sluice's `docs/writing-connectors.md` for the world's imports and exports.\n{sdk}"
     )
 }

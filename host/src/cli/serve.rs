@@ -56,7 +56,7 @@ impl ApiServer {
         let shutdown = Arc::new(Notify::new());
         let stopped = shutdown.clone();
         let join = tokio::spawn(api::serve(listener, state, async move { stopped.notified().await }));
-        eprintln!("REST API on http://{local}");
+        say!("REST API on http://{local}");
         Ok(ApiServer { shutdown, join })
     }
 
@@ -103,7 +103,7 @@ pub async fn serve(
     let addr = match listen_address(listen, insecure, &worker).await {
         Ok(addr) => addr,
         Err(message) => {
-            eprintln!("error: {message}");
+            say!("error: {message}");
             return Ok(ExitCode::from(CONFIG_ERROR));
         }
     };

@@ -228,8 +228,29 @@ impl WorkerConfig {
                 );
             }
             // Roots compare as canonical paths, like the grants they contain.
-            tenant.roots =
-                tenant.roots.iter().map(|r| std::fs::canonicalize(r).unwrap_or_else(|_| r.clone())).collect();
+            tenant.roots = tenant
+                .roots
+                .iter()
+                .map(|root| match std::fs::canonicalize(root) {
+                    Ok(root) if root.is_dir() => root,
+                    Ok(_) => {
+                        tracing::warn!(
+                            "tenant {}: root '{}' is not a directory: nothing is inside it",
+                            tenant.name,
+                            root.display()
+                        );
+                        root.clone()
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "tenant {}: root '{}' cannot be used ({e}): no grant is inside it until it exists",
+                            tenant.name,
+                            root.display()
+                        );
+                        root.clone()
+                    }
+                })
+                .collect();
             let name = tenant.name.clone();
             anyhow::ensure!(tenants.insert(name.clone(), tenant).is_none(), "tenant {name} is declared twice");
         }

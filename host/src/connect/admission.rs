@@ -11,8 +11,8 @@ use crate::config::keys::{
     SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES, TASKS_MAX, TENANT,
 };
 use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DestinationKind, StorageKind};
-use crate::runtime::Plugin;
 use crate::runtime::plugin_log::escape_controls;
+use crate::runtime::{CallError, Plugin};
 use crate::storage::Namespace;
 
 /// A connector already running, as admission sees it: its namespace and `tasks.max`.
@@ -221,11 +221,18 @@ async fn plugin_validate(
 ) -> Result<Vec<ConfigError>, ConfigError> {
     let name = &plugin.name;
     let context = services.context(&Namespace::new(config.tenant(), &config.name), None, None);
-    let mut instance = services
-        .runtime
-        .instantiate(plugin.pre(), context, &settings.sandbox)
-        .await
-        .map_err(|e| config.error(CONNECTOR_CLASS, format!("plugin {name} could not be instantiated: {e}")))?;
+    let mut instance =
+        services.runtime.instantiate(plugin.pre(), context, &settings.sandbox).await.map_err(|e| match e {
+            // The key at fault is the cap's, or the grant's, not the plugin's name.
+            CallError::MemoryCap(why) => {
+                config.error(SANDBOX_MEMORY_MAX_BYTES, format!("plugin {name} cannot even start within it: {why}"))
+            }
+            CallError::Setup(why) if why.starts_with(SANDBOX_FS_READ) || why.starts_with(SANDBOX_FS_WRITE) => {
+                let (key, why) = why.split_once(": ").unwrap_or((SANDBOX_FS_READ, &why));
+                config.error(key, why)
+            }
+            e => config.error(CONNECTOR_CLASS, format!("plugin {name} could not be instantiated: {e}")),
+        })?;
     let problems = instance
         .validate(&config.to_pairs())
         .await

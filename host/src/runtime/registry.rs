@@ -181,7 +181,7 @@ impl Registry {
             .map(|entries| {
                 entries
                     .filter_map(|entry| entry.ok().map(|e| e.path()))
-                    .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
+                    .filter(|path| path.extension().is_some_and(|ext| ext == "wasm") && path.is_file())
                     .filter_map(|path| plugin_name(&path))
                     .collect()
             })
@@ -196,18 +196,31 @@ impl Registry {
         runtime: &Runtime,
         wanted: impl Fn(&str) -> bool,
     ) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
+        // `*.wasm` entries that are not files to load (a directory, a link to nothing) are
+        // rejected with the reason, as a bad file is, rather than passed over in silence.
+        let mut not_files: Vec<Rejected> = Vec::new();
         let mut files: Vec<(PathBuf, (u64, Option<std::time::SystemTime>))> = std::fs::read_dir(&self.dir)
             .with_context(|| format!("cannot read plugin folder {}", self.dir.display()))?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
             .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
             .filter_map(|path| {
-                let meta = std::fs::metadata(&path).ok().filter(|m| m.is_file())?;
-                Some((path, (meta.len(), meta.modified().ok())))
+                let reason = match std::fs::metadata(&path) {
+                    Ok(meta) if meta.is_file() => return Some((path, (meta.len(), meta.modified().ok()))),
+                    Ok(meta) if meta.is_dir() => "a directory, not a component file".to_string(),
+                    Ok(_) => "not a regular file".to_string(),
+                    Err(e) => format!("cannot be read: {e} (a link to a missing file?)"),
+                };
+                not_files.push(Rejected { file: path, reason });
+                None
             })
             .collect();
         files.sort();
         let changed: Vec<PathBuf> = {
             let mut folder = self.folder.write().unwrap();
+            folder.rejected.retain(|path, _| files.iter().any(|(file, _)| file == path));
+            for rejected in not_files {
+                folder.rejected.insert(rejected.file.clone(), rejected);
+            }
             let present: std::collections::BTreeSet<&PathBuf> = files.iter().map(|(path, _)| path).collect();
             let gone: Vec<PathBuf> = folder.seen.keys().filter(|path| !present.contains(path)).cloned().collect();
             for path in gone {
