@@ -18,6 +18,7 @@ use super::error::ApiError;
 use super::{ApiState, bool_param, json_body, query_pairs};
 use crate::config::keys::{NAME, TENANT};
 use crate::config::{ConnectorConfig, DEFAULT_TENANT};
+use crate::connect::HerderError;
 use crate::storage::Namespace;
 use crate::storage::TargetState;
 use crate::storage::json::canonical_object;
@@ -272,28 +273,30 @@ pub async fn patch_config(
         return Err(ApiError::bad_request("Expected the keys to change: a JSON object of string (or null) values"));
     };
     let ns = caller.namespace(&name)?;
-    let (current, _) =
-        state.herder.connector(&ns).await.ok_or_else(|| ApiError::not_found(format!("Connector {name} not found")))?;
-    let mut values: Map<String, Value> =
-        config_body(&caller, &current).as_object().cloned().expect("a config is an object");
-    for (key, value) in patch {
-        if key == NAME && value.as_str() != Some(ns.connector.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "Connector name configuration ({value}) doesn't match connector name in the URL ({})",
-                ns.connector
-            )));
-        }
-        match value {
-            Value::Null => values.remove(&key),
-            value => values.insert(key, value),
-        };
+    if let Some(value) = patch.get(NAME)
+        && value.as_str() != Some(ns.connector.as_str())
+    {
+        return Err(ApiError::bad_request(format!(
+            "Connector name configuration ({value}) doesn't match connector name in the URL ({})",
+            ns.connector
+        )));
     }
-    let (ns, config) = new_config(&caller, &name, &values)?;
-    config.check()?;
-    if state.herder.connector(&ns).await.is_none() {
-        return Err(ApiError::not_found(format!("Connector {name} not found")));
-    }
-    state.herder.put_config(config.clone()).await?;
+    let refused = |e: ApiError| HerderError::Refused(e.message);
+    let config = state
+        .herder
+        .patch_config(&ns, |current| {
+            let mut values = config_body(&caller, current).as_object().cloned().expect("a config is an object");
+            for (key, value) in patch {
+                match value {
+                    Value::Null => values.remove(&key),
+                    value => values.insert(key, value),
+                };
+            }
+            let (_, config) = new_config(&caller, &name, &values).map_err(refused)?;
+            config.check()?;
+            Ok(config)
+        })
+        .await?;
     created(&state, &caller, &ns, &config, StatusCode::OK).await
 }
 

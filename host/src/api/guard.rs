@@ -32,7 +32,10 @@ fn foreign(headers: &HeaderMap, open_on_loopback: bool) -> Option<String> {
     let host = headers.get(header::HOST).map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase());
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("?").trim().to_ascii_lowercase();
-        let same = host.as_deref().is_some_and(|host| origin_authority(&origin).is_some_and(|o| o == with_port(host)));
+        let same = host.as_deref().is_some_and(|host| {
+            origin_authority(&origin)
+                .is_some_and(|(authority, default_port)| authority == with_port(host, default_port))
+        });
         if !same {
             return Some(format!(
                 "Cross-origin request refused: this API answers only its own pages and clients that send no \
@@ -53,8 +56,9 @@ fn foreign(headers: &HeaderMap, open_on_loopback: bool) -> Option<String> {
     None
 }
 
-/// `scheme://host[:port]` as `host:port` (the scheme's default port filled in).
-fn origin_authority(origin: &str) -> Option<String> {
+/// `scheme://host[:port]` as `host:port` (the scheme's default port filled in), and that
+/// default port.
+fn origin_authority(origin: &str) -> Option<(String, &'static str)> {
     let (scheme, authority) = origin.split_once("://")?;
     let default_port = match scheme {
         "http" => "80",
@@ -62,12 +66,14 @@ fn origin_authority(origin: &str) -> Option<String> {
         _ => return None,
     };
     let authority = authority.trim_end_matches('/');
-    Some(if has_port(authority) { authority.to_string() } else { format!("{authority}:{default_port}") })
+    let authority = if has_port(authority) { authority.to_string() } else { format!("{authority}:{default_port}") };
+    Some((authority, default_port))
 }
 
-/// A `Host` header with HTTP's default port filled in.
-fn with_port(host: &str) -> String {
-    if has_port(host) { host.to_string() } else { format!("{host}:80") }
+/// A `Host` header with the page's scheme's default port filled in (behind a proxy that
+/// ends TLS, `Host: sluice.example` comes from `https://sluice.example`).
+fn with_port(host: &str, default_port: &str) -> String {
+    if has_port(host) { host.to_string() } else { format!("{host}:{default_port}") }
 }
 
 fn has_port(authority: &str) -> bool {
@@ -112,6 +118,10 @@ mod tests {
         assert_eq!(foreign(&own, true), None);
         let default_port = headers(&[("host", "sluice.example"), ("origin", "http://sluice.example")]);
         assert_eq!(foreign(&default_port, false), None);
+        let behind_tls = headers(&[("host", "sluice.example"), ("origin", "https://sluice.example")]);
+        assert_eq!(foreign(&behind_tls, false), None);
+        let other_scheme_port = headers(&[("host", "sluice.example:80"), ("origin", "https://sluice.example")]);
+        assert!(foreign(&other_scheme_port, false).is_some());
         let ipv6 = headers(&[("host", "[::1]:8083"), ("origin", "http://[::1]:8083")]);
         assert_eq!(foreign(&ipv6, true), None);
     }

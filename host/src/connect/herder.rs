@@ -281,6 +281,32 @@ impl Herder {
         Ok(false)
     }
 
+    /// Replaces a connector's config with what `change` makes of it, under the lock that
+    /// creates, updates and deletes take (two patches of different keys both stay), and
+    /// restarts it in its target state. `NotFound` if there is no such connector: a patch
+    /// never creates one.
+    pub async fn patch_config(
+        &self,
+        ns: &Namespace,
+        change: impl FnOnce(&ConnectorConfig) -> Result<ConnectorConfig, HerderError>,
+    ) -> Result<ConnectorConfig, HerderError> {
+        if let Some((config, _)) = self.connector(ns).await {
+            self.load_plugin_of(&config).await;
+        }
+        let mut connectors = self.connectors.lock().await;
+        let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
+        let (config, target) = (change(&entry.config)?, entry.target);
+        let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
+        let old = connectors.remove(ns).expect("checked above");
+        if let Some(run) = old.run {
+            run.stop().await;
+        }
+        self.store_config(ns, &config, target)?;
+        let entry = self.launch(ns, config.clone(), admitted, target);
+        connectors.insert(ns.clone(), entry);
+        Ok(config)
+    }
+
     fn store_config(&self, ns: &Namespace, config: &ConnectorConfig, target: TargetState) -> Result<(), HerderError> {
         let configs = self.services.stores.configs();
         configs.put_connector_config(ns, &config.to_pairs()).map_err(HerderError::Store)?;
@@ -376,6 +402,9 @@ impl Herder {
     /// Pauses (tasks stop polling, offsets committed) or resumes a connector; resuming a
     /// STOPPED one starts it.
     pub async fn set_paused(&self, ns: &Namespace, pause: bool) -> Result<(), HerderError> {
+        if let Some((config, _)) = self.connector(ns).await {
+            self.load_plugin_of(&config).await;
+        }
         let mut connectors = self.connectors.lock().await;
         let entry = connectors.get_mut(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let target = if pause { TargetState::Paused } else { TargetState::Started };
@@ -416,6 +445,10 @@ impl Herder {
         include_tasks: bool,
         only_failed: bool,
     ) -> Result<Option<ConnectorStatus>, HerderError> {
+        // A restart may start it on a plugin file loaded only now: compiled before the lock.
+        if let Some((config, _)) = self.connector(ns).await {
+            self.load_plugin_of(&config).await;
+        }
         let connectors = self.connectors.lock().await;
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let mut status = self.services.board.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;

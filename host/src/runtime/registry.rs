@@ -87,6 +87,8 @@ pub struct Registry {
     /// Whether every file of the folder has been looked at once (a worker may start with
     /// only the plugins its connectors use and load the rest in the background).
     whole_folder: tokio::sync::watch::Sender<bool>,
+    /// A lock per file being loaded.
+    loading: std::sync::Mutex<BTreeMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// What the folder held at the last look.
@@ -139,6 +141,7 @@ impl Registry {
             cache_dir: cache_dir.to_path_buf(),
             folder: std::sync::RwLock::new(Folder::default()),
             whole_folder: tokio::sync::watch::Sender::new(false),
+            loading: std::sync::Mutex::default(),
         };
         match only {
             None => drop(registry.refresh(runtime).await?),
@@ -242,17 +245,19 @@ impl Registry {
         };
         let (mut loaded, mut rejected) = (Vec::new(), Vec::new());
         for file in changed {
-            let stamp = files.iter().find(|(path, _)| *path == file).map(|(_, stamp)| *stamp);
+            // One load of a file at a time: the background look and a connector's load on
+            // demand do not both compile it, and the one that waited finds it done.
+            let lock = self.loading.lock().unwrap().entry(file.clone()).or_default().clone();
+            let _loading = lock.lock().await;
+            let Ok(meta) = std::fs::metadata(&file) else { continue }; // removed meanwhile
+            let stamp = (meta.len(), meta.modified().ok());
+            if self.folder.read().unwrap().seen.get(&file) == Some(&stamp) {
+                continue; // loaded as it is now while this look waited
+            }
             let result = load_plugin(runtime, &file, &self.cache_dir).await;
             let mut folder = self.folder.write().unwrap();
-            if stamp.is_some() && folder.seen.get(&file) == stamp.as_ref() {
-                // Another look (the background one, or a connector's on demand) loaded
-                // this same file meanwhile: keep its plugin, so nothing looks replaced.
-                continue;
-            }
-            if let Some(stamp) = stamp {
-                folder.seen.insert(file.clone(), stamp);
-            }
+            // Stamped as it was before the load: changed during it, it is loaded again.
+            folder.seen.insert(file.clone(), stamp);
             match result {
                 Ok(plugin) => {
                     tracing::info!(

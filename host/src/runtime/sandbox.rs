@@ -60,7 +60,20 @@ fn preopen_granted(wasi: &mut WasiCtxBuilder, dir: &std::path::Path, perms: FsPe
         FsPerms::ReadOnly => crate::config::keys::SANDBOX_FS_READ,
     };
     let cannot = |e: &dyn std::fmt::Display| format!("{key}: cannot grant {}: {e}", dir.display());
+    // As wasmtime-wasi opens a preopen: O_PATH needs only search permission on the
+    // directory (a write-only drop folder is grantable), and with O_DIRECTORY a FIFO put
+    // in its place is refused at once instead of blocking the open.
+    #[cfg(not(target_os = "linux"))]
     let handle = std::fs::File::open(dir).map_err(|e| cannot(&e))?;
+    #[cfg(target_os = "linux")]
+    let handle = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(dir)
+            .map_err(|e| cannot(&e))?
+    };
     #[cfg(target_os = "linux")]
     let (real, open) = {
         use std::os::fd::AsRawFd;

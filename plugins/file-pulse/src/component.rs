@@ -218,6 +218,8 @@ struct ConnectorState {
     generations: Vec<u64>,
     /// Per task: a hash of its open files' offsets, and when it last changed.
     progress: Vec<(u64, u64)>,
+    /// Per task: since when it has been held back from new files (see `held_tasks`).
+    held_since: Vec<Option<u64>>,
     walk: Option<Walk>,
     passes: u64,
     last_pass_ms: u64,
@@ -512,7 +514,7 @@ impl ConnectorState {
     fn stalled(&mut self, now: u64, offsets: &[Option<FileOffset>]) -> BTreeSet<usize> {
         let settings = self.settings();
         let mut offsets = offsets.iter();
-        let tasks: Vec<Vec<(String, Option<FileOffset>)>> = self
+        let tasks: Vec<Vec<(String, String, Option<FileOffset>)>> = self
             .assignment
             .tasks
             .iter()
@@ -521,14 +523,17 @@ impl ConnectorState {
                     .iter()
                     .zip(offsets.by_ref())
                     .filter(|(file, _)| self.is_open(&file.id))
-                    .map(|(file, offset)| (file.path.clone(), offset.clone()))
+                    .map(|(file, offset)| {
+                        let path = self.known.get(&file.id).map_or(&file.path, |k| &k.path);
+                        (file.id.clone(), path.clone(), offset.clone())
+                    })
                     .collect()
             })
             .collect();
         let mut restart = BTreeSet::new();
         for (task, open) in tasks.iter().enumerate() {
             let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            for (path, offset) in open {
+            for (_, path, offset) in open {
                 (path, offset.as_ref().map(FileOffset::to_json)).hash(&mut hasher);
             }
             let snapshot = hasher.finish();
@@ -544,11 +549,16 @@ impl ConnectorState {
             // (sent, or held back as an unfinished last line) is caught up.
             let behind: Vec<String> = open
                 .iter()
-                .filter(|(path, offset)| {
-                    let size = look(&self.absolute(path)).map_or(0, |(_, seen)| seen.size);
+                .filter(|(id, path, offset)| {
+                    let size = match look(&self.absolute(path)) {
+                        Ok((found, seen)) if found == *id => seen.size,
+                        // No longer at its path (removed, or the name is another file's):
+                        // only the task's open reader has it, and that made no progress.
+                        _ => u64::MAX,
+                    };
                     path.ends_with(".gz") || offset.as_ref().is_none_or(|o| o.size < size)
                 })
-                .map(|(path, _)| printable(path))
+                .map(|(_, path, _)| printable(path))
                 .collect();
             self.progress[task].1 = now;
             if behind.is_empty() {
@@ -586,6 +596,36 @@ impl ConnectorState {
     fn assign(&mut self) -> BTreeSet<usize> {
         let window = self.window();
         let held = if self.pending.is_empty() { Vec::new() } else { self.held_tasks() };
+        // A task is held back for at most the stall timeout while files wait (a writer
+        // that goes on appending to a log renamed out of the listing keeps its task busy
+        // for as long as it writes): past that, the files waiting come first.
+        let now = now_ms();
+        let limit = self.settings().stall_timeout_ms;
+        self.held_since.resize(held.len(), None);
+        let held: Vec<bool> = held
+            .into_iter()
+            .zip(self.held_since.iter_mut())
+            .enumerate()
+            .map(|(task, (held, since))| {
+                if !held {
+                    *since = None;
+                    return false;
+                }
+                let since = *since.get_or_insert(now);
+                if now.saturating_sub(since) < limit {
+                    return true;
+                }
+                log::warn(&format!(
+                    "task {task} has read a file that is no longer at its path for {} ms while new files wait: \
+                     restarting it with them (what it has not read of that file yet is lost)",
+                    now - since
+                ));
+                false
+            })
+            .collect();
+        if held.is_empty() {
+            self.held_since.clear();
+        }
         let mut pending = std::mem::take(&mut self.pending);
         let known = &self.known;
         let open = |id: &str| known.get(id).is_some_and(|k| k.state == KnownState::Assigned);
@@ -638,7 +678,7 @@ fn move_without_overwriting(source: &str, root: &str, relative: &str) -> std::io
             }
             // The same file under that name: a move cut short between its link and its
             // unlink (a crash), finished now rather than linked again under a new name.
-            Err(_) if identity(&candidate).is_some() && identity(&candidate) == identity(source) => {
+            Err(_) if same_file_linked(&candidate, source) => {
                 std::fs::remove_file(source)?;
                 return Ok(candidate);
             }
@@ -653,6 +693,24 @@ fn move_without_overwriting(source: &str, root: &str, relative: &str) -> std::io
         }
     }
     Err(std::io::Error::other(format!("10,000 files named like {name} already in {dir}")))
+}
+
+/// Whether `candidate` is `source` itself under a second name: a hard link (never a
+/// symbolic one, which unlinking the source would leave pointing nowhere) to a file that
+/// has at least two.
+fn same_file_linked(candidate: &str, source: &str) -> bool {
+    let id_and_stat = |path: &str| {
+        in_preopen(path, |dir, relative| {
+            let stat = dir.stat_at(PathFlags::empty(), relative)?;
+            Ok((hash_hex(dir.metadata_hash_at(PathFlags::empty(), relative)?), stat))
+        })
+    };
+    match (id_and_stat(candidate), id_and_stat(source)) {
+        (Ok((linked, stat)), Ok((original, source_stat))) => {
+            linked == original && stat.type_ == DescriptorType::RegularFile && source_stat.link_count >= 2
+        }
+        _ => false,
+    }
 }
 
 fn committed(partitions: &[String]) -> Vec<Option<FileOffset>> {

@@ -105,3 +105,29 @@ fn two_hundred_connectors_created_in_parallel_are_all_listed_with_their_status()
         assert_eq!(listed[name]["status"]["name"], name.as_str());
     }
 }
+
+#[test]
+fn parallel_patches_of_different_keys_all_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Arc::new(Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), None));
+    let body = json!({"name": "p", "config": {"connector.class": "counter", "topic": "p", "records.per.second": "10"}});
+    assert_eq!(server.call("POST", "/connectors", None, Some(&body.to_string())).status, 201);
+    let barrier = Arc::new(Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let (server, barrier) = (server.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let patch = json!({ format!("note.{i}"): i.to_string() }).to_string();
+                barrier.wait();
+                server.call("PATCH", "/connectors/p/config", None, Some(&patch)).status
+            })
+        })
+        .collect();
+    for thread in threads {
+        assert_eq!(thread.join().unwrap(), 200);
+    }
+    let config = server.get("/connectors/p/config").json();
+    for i in 0..8 {
+        assert_eq!(config[format!("note.{i}")], i.to_string(), "a patch was lost: {config}");
+    }
+}
