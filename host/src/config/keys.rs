@@ -547,17 +547,24 @@ impl ConnectorSettings {
             exactly_once,
             transaction_boundary,
         };
+        let (initial_backoff, max_backoff) = (millis(RESTART_BACKOFF_INITIAL_MS)?, millis(RESTART_BACKOFF_MAX_MS)?);
+        if max_backoff < initial_backoff {
+            return Err((
+                RESTART_BACKOFF_MAX_MS,
+                format!(
+                    "{} is below restart.backoff.initial.ms ({}): the longest delay cannot be shorter than the first",
+                    max_backoff.as_millis(),
+                    initial_backoff.as_millis()
+                ),
+            ));
+        }
         Ok(ConnectorSettings {
             tasks_max,
             destination,
             monitor_interval: millis(MONITOR_INTERVAL_MS)?,
             poll_idle_max: millis(POLL_IDLE_MAX_MS)?,
             offset_flush_interval: millis(OFFSET_FLUSH_INTERVAL_MS)?,
-            restart: RestartPolicy {
-                enabled: restart_enabled,
-                initial_backoff: millis(RESTART_BACKOFF_INITIAL_MS)?,
-                max_backoff: millis(RESTART_BACKOFF_MAX_MS)?,
-            },
+            restart: RestartPolicy { enabled: restart_enabled, initial_backoff, max_backoff },
             sandbox,
             errors,
             kafka,
@@ -614,6 +621,18 @@ mod tests {
             readme.contains(&table),
             "README.md's table of host keys differs from HOST_KEYS; it should read:\n\n{table}"
         );
+    }
+
+    #[test]
+    fn a_longest_restart_delay_below_the_first_is_refused() {
+        let get = |key: &str| match key {
+            RESTART_BACKOFF_INITIAL_MS => Some("5000"),
+            RESTART_BACKOFF_MAX_MS => Some("10"),
+            _ => None,
+        };
+        let (key, reason) = ConnectorSettings::parse(&get).unwrap_err();
+        assert_eq!(key, RESTART_BACKOFF_MAX_MS);
+        assert!(reason.contains("below restart.backoff.initial.ms (5000)"), "{reason}");
     }
 
     #[test]
