@@ -246,19 +246,24 @@ pub async fn put_config(
     let Value::Object(values) = json_body(&body)? else {
         return Err(ApiError::bad_request("Expected the connector's config: a JSON object of string values"));
     };
-    let unqualified = name.rsplit('/').next().unwrap_or(&name);
-    if let Some(in_config) = values.get(NAME)
-        && in_config.as_str() != Some(unqualified)
-    {
-        return Err(ApiError::bad_request(format!(
-            "Connector name configuration ({}) doesn't match connector name in the URL ({unqualified})",
-            in_config.as_str().map(String::from).unwrap_or_else(|| in_config.to_string())
-        )));
-    }
+    name_matches_url(&values, &name)?;
     let (ns, config) = new_config(&caller, &name, &values)?;
     config.check()?;
     let was_created = state.herder.put_config(config.clone()).await?;
     created(&state, &caller, &ns, &config, if was_created { StatusCode::CREATED } else { StatusCode::OK }).await
+}
+
+/// A body's `name`, if it has one, is the connector's in the URL (the operator's
+/// `tenant/name` names `name`).
+fn name_matches_url(values: &Map<String, Value>, name: &str) -> Result<(), ApiError> {
+    let unqualified = name.rsplit('/').next().unwrap_or(name);
+    match values.get(NAME) {
+        Some(in_config) if in_config.as_str() != Some(unqualified) => Err(ApiError::bad_request(format!(
+            "Connector name configuration ({}) doesn't match connector name in the URL ({unqualified})",
+            in_config.as_str().map(String::from).unwrap_or_else(|| in_config.to_string())
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// `PATCH /connectors/{name}/config` (KIP-477): the stored config with the body's keys
@@ -272,15 +277,8 @@ pub async fn patch_config(
     let Value::Object(patch) = json_body(&body)? else {
         return Err(ApiError::bad_request("Expected the keys to change: a JSON object of string (or null) values"));
     };
+    name_matches_url(&patch, &name)?;
     let ns = caller.namespace(&name)?;
-    if let Some(value) = patch.get(NAME)
-        && value.as_str() != Some(ns.connector.as_str())
-    {
-        return Err(ApiError::bad_request(format!(
-            "Connector name configuration ({value}) doesn't match connector name in the URL ({})",
-            ns.connector
-        )));
-    }
     let refused = |e: ApiError| HerderError::Refused(e.message);
     let config = state
         .herder

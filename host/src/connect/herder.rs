@@ -217,6 +217,13 @@ impl Herder {
         }
     }
 
+    /// [`Herder::load_plugin_of`] the config a connector has now.
+    async fn load_plugin_of_connector(&self, ns: &Namespace) {
+        if let Some((config, _)) = self.connector(ns).await {
+            self.load_plugin_of(&config).await;
+        }
+    }
+
     fn running(&self, connectors: &BTreeMap<Namespace, Entry>) -> Vec<Running> {
         connectors.iter().map(|(ns, e)| (ns.clone(), e.tasks_max)).collect()
     }
@@ -290,9 +297,7 @@ impl Herder {
         ns: &Namespace,
         change: impl FnOnce(&ConnectorConfig) -> Result<ConnectorConfig, HerderError>,
     ) -> Result<ConnectorConfig, HerderError> {
-        if let Some((config, _)) = self.connector(ns).await {
-            self.load_plugin_of(&config).await;
-        }
+        self.load_plugin_of_connector(ns).await;
         let mut connectors = self.connectors.lock().await;
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let (config, target) = (change(&entry.config)?, entry.target);
@@ -402,9 +407,7 @@ impl Herder {
     /// Pauses (tasks stop polling, offsets committed) or resumes a connector; resuming a
     /// STOPPED one starts it.
     pub async fn set_paused(&self, ns: &Namespace, pause: bool) -> Result<(), HerderError> {
-        if let Some((config, _)) = self.connector(ns).await {
-            self.load_plugin_of(&config).await;
-        }
+        self.load_plugin_of_connector(ns).await;
         let mut connectors = self.connectors.lock().await;
         let entry = connectors.get_mut(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let target = if pause { TargetState::Paused } else { TargetState::Started };
@@ -446,9 +449,7 @@ impl Herder {
         only_failed: bool,
     ) -> Result<Option<ConnectorStatus>, HerderError> {
         // A restart may start it on a plugin file loaded only now: compiled before the lock.
-        if let Some((config, _)) = self.connector(ns).await {
-            self.load_plugin_of(&config).await;
-        }
+        self.load_plugin_of_connector(ns).await;
         let connectors = self.connectors.lock().await;
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let mut status = self.services.board.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;

@@ -220,15 +220,14 @@ impl Registry {
         files.sort();
         let changed: Vec<PathBuf> = {
             let mut folder = self.folder.write().unwrap();
-            folder.rejected.retain(|path, _| files.iter().any(|(file, _)| file == path));
+            let present: std::collections::BTreeSet<&PathBuf> = files.iter().map(|(path, _)| path).collect();
+            folder.rejected.retain(|path, _| present.contains(path));
             for rejected in not_files {
                 folder.rejected.insert(rejected.file.clone(), rejected);
             }
-            let present: std::collections::BTreeSet<&PathBuf> = files.iter().map(|(path, _)| path).collect();
             let gone: Vec<PathBuf> = folder.seen.keys().filter(|path| !present.contains(path)).cloned().collect();
             for path in gone {
                 folder.seen.remove(&path);
-                folder.rejected.remove(&path);
                 if let Some(name) = plugin_name(&path)
                     && folder.plugins.get(&name).is_some_and(|p| p.file == path)
                 {

@@ -60,27 +60,23 @@ fn preopen_granted(wasi: &mut WasiCtxBuilder, dir: &std::path::Path, perms: FsPe
         FsPerms::ReadOnly => crate::config::keys::SANDBOX_FS_READ,
     };
     let cannot = |e: &dyn std::fmt::Display| format!("{key}: cannot grant {}: {e}", dir.display());
-    // As wasmtime-wasi opens a preopen: O_PATH needs only search permission on the
+    // On Linux the path is checked through a descriptor, which is then what is granted.
+    // O_PATH, as wasmtime-wasi opens a preopen, needs only search permission on the
     // directory (a write-only drop folder is grantable), and with O_DIRECTORY a FIFO put
     // in its place is refused at once instead of blocking the open.
-    #[cfg(not(target_os = "linux"))]
-    let handle = std::fs::File::open(dir).map_err(|e| cannot(&e))?;
     #[cfg(target_os = "linux")]
-    let handle = {
+    let (_held, real, open) = {
+        use std::os::fd::AsRawFd;
         use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
+        let handle = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
             .open(dir)
-            .map_err(|e| cannot(&e))?
-    };
-    #[cfg(target_os = "linux")]
-    let (real, open) = {
-        use std::os::fd::AsRawFd;
+            .map_err(|e| cannot(&e))?;
         let via = std::path::PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
         match std::fs::read_link(&via) {
-            Ok(real) => (real, via),
-            Err(_) => (std::fs::canonicalize(dir).map_err(|e| cannot(&e))?, dir.to_path_buf()),
+            Ok(real) => (handle, real, via),
+            Err(_) => (handle, std::fs::canonicalize(dir).map_err(|e| cannot(&e))?, dir.to_path_buf()),
         }
     };
     #[cfg(not(target_os = "linux"))]
@@ -93,8 +89,8 @@ fn preopen_granted(wasi: &mut WasiCtxBuilder, dir: &std::path::Path, perms: FsPe
             real.display()
         ));
     }
+    // `_held` stays open until here: `open` names it.
     wasi.preopened_dir(&open, dir.to_string_lossy(), perms).map_err(|e| cannot(&format!("{e:#}")))?;
-    drop(handle);
     Ok(())
 }
 

@@ -579,35 +579,33 @@ impl ConnectorState {
     /// longer at the path the walk last saw it under (removed, or its name now another
     /// file's, as when the same name is dropped again while it is read). The task reads it
     /// on through the descriptor it has open; a restart would reopen it by path and lose
-    /// the rest. They get new files once that file is done.
-    fn held_tasks(&self) -> Vec<bool> {
-        self.assignment
-            .tasks
-            .iter()
-            .map(|files| {
-                files.iter().filter(|f| self.is_open(&f.id)).any(|f| {
-                    let path = self.known.get(&f.id).map_or(&f.path, |k| &k.path);
-                    identity(&self.absolute(path)).as_deref() != Some(f.id.as_str())
+    /// the rest. They get new files once that file is done, or once they have been held
+    /// for the stall timeout (a writer that goes on appending to a log renamed out of the
+    /// listing keeps its task busy for as long as it writes): past that, the files waiting
+    /// come first. Nothing is held while no file waits.
+    fn held_tasks(&mut self) -> Vec<bool> {
+        let displaced: Vec<bool> = if self.pending.is_empty() {
+            Vec::new()
+        } else {
+            self.assignment
+                .tasks
+                .iter()
+                .map(|files| {
+                    files.iter().filter(|f| self.is_open(&f.id)).any(|f| {
+                        let path = self.known.get(&f.id).map_or(&f.path, |k| &k.path);
+                        identity(&self.absolute(path)).as_deref() != Some(f.id.as_str())
+                    })
                 })
-            })
-            .collect()
-    }
-
-    fn assign(&mut self) -> BTreeSet<usize> {
-        let window = self.window();
-        let held = if self.pending.is_empty() { Vec::new() } else { self.held_tasks() };
-        // A task is held back for at most the stall timeout while files wait (a writer
-        // that goes on appending to a log renamed out of the listing keeps its task busy
-        // for as long as it writes): past that, the files waiting come first.
-        let now = now_ms();
-        let limit = self.settings().stall_timeout_ms;
-        self.held_since.resize(held.len(), None);
-        let held: Vec<bool> = held
+                .collect()
+        };
+        let (now, limit) = (now_ms(), self.settings().stall_timeout_ms);
+        self.held_since.resize(displaced.len(), None);
+        displaced
             .into_iter()
             .zip(self.held_since.iter_mut())
             .enumerate()
-            .map(|(task, (held, since))| {
-                if !held {
+            .map(|(task, (displaced, since))| {
+                if !displaced {
                     *since = None;
                     return false;
                 }
@@ -622,10 +620,12 @@ impl ConnectorState {
                 ));
                 false
             })
-            .collect();
-        if held.is_empty() {
-            self.held_since.clear();
-        }
+            .collect()
+    }
+
+    fn assign(&mut self) -> BTreeSet<usize> {
+        let window = self.window();
+        let held = self.held_tasks();
         let mut pending = std::mem::take(&mut self.pending);
         let known = &self.known;
         let open = |id: &str| known.get(id).is_some_and(|k| k.state == KnownState::Assigned);

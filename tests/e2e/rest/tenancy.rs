@@ -49,15 +49,20 @@ const WORKER_ENDPOINTS: &[(&str, &str, Option<&str>)] = &[
     ("GET", "/metrics", None),
 ];
 
-#[test]
-fn tenants_see_and_touch_only_their_own_connectors() {
-    let dir = tempfile::tempdir().unwrap();
+/// The roots of acme and globex under `dir`, made and canonical.
+fn tenant_roots(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let root = |name: &str| {
-        let path = dir.path().join(name);
+        let path = dir.join(name);
         std::fs::create_dir_all(&path).unwrap();
         std::fs::canonicalize(path).unwrap()
     };
-    let (acme_root, globex_root) = (root("acme"), root("globex"));
+    (root("acme"), root("globex"))
+}
+
+#[test]
+fn tenants_see_and_touch_only_their_own_connectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (acme_root, globex_root) = tenant_roots(dir.path());
     let toml = format!(
         "[operator]\ntoken_sha256 = \"{}\"\n\n\
          [[tenant]]\nname = \"acme\"\ntoken_sha256 = \"{}\"\nroots = [\"{}\"]\n[tenant.quotas]\nconnectors = 2\n\n\
@@ -195,12 +200,7 @@ fn topic_values(data: &std::path::Path, tenant: &str, topic: &str) -> Vec<String
 #[test]
 fn a_granted_directory_swapped_for_a_link_is_not_followed_on_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let root = |name: &str| {
-        let path = dir.path().join(name);
-        std::fs::create_dir_all(&path).unwrap();
-        std::fs::canonicalize(path).unwrap()
-    };
-    let (acme_root, globex_root) = (root("acme"), root("globex"));
+    let (acme_root, globex_root) = tenant_roots(dir.path());
     let toml = format!(
         "[[tenant]]\nname = \"acme\"\ntoken_sha256 = \"{}\"\nroots = [\"{}\"]\n\n\
          [[tenant]]\nname = \"globex\"\ntoken_sha256 = \"{}\"\nroots = [\"{}\"]\n",
