@@ -201,6 +201,48 @@ fn storage_topics_hold_offsets_configs_and_statuses_in_connects_formats() {
 }
 
 #[test]
+fn active_topics_are_connects_topic_statuses_read_back_by_a_new_worker() {
+    use sluice::storage::{ActiveTopic, StatusStore};
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let kafka = kafka_config(&bootstrap);
+    let (files, acme_files) = (Namespace::new(DEFAULT_TENANT, "files"), Namespace::new("acme", "files"));
+    let topic = |name: &str, task| ActiveTopic { name: name.into(), task, discovered_ms: 1_700_000_000_000 };
+    {
+        let backend = KafkaBackend::open(&kafka).unwrap();
+        let statuses: &dyn StatusStore = &*backend;
+        statuses.put_active_topic(&files, &topic("lines", 0)).unwrap();
+        statuses.put_active_topic(&files, &topic("errors", 1)).unwrap();
+        statuses.put_active_topic(&acme_files, &topic("lines", 0)).unwrap();
+        assert_eq!(statuses.active_topics(&files).unwrap(), [topic("errors", 1), topic("lines", 0)]);
+        statuses.reset_active_topics(&files).unwrap();
+        assert_eq!(statuses.active_topics(&files).unwrap(), []);
+    }
+    let backend = KafkaBackend::open(&kafka).unwrap();
+    let statuses: &dyn StatusStore = &*backend;
+    assert_eq!(statuses.active_topics(&files).unwrap(), [], "the reset's tombstones are read back");
+    assert_eq!(statuses.active_topics(&acme_files).unwrap(), [topic("lines", 0)], "another tenant's stay");
+
+    // Connect's key and value, so its tools (and a migrating Connect) read them.
+    let records = read_topic(&bootstrap, "sluice-status", 5);
+    let value = |key: &str| {
+        records.iter().find(|(_, k, _, _)| k.as_deref() == Some(key.as_bytes())).map(|(_, _, v, _)| v.clone())
+    };
+    let lines: serde_json::Value =
+        serde_json::from_slice(&value("status-topic-lines:connector-files").unwrap().unwrap()).unwrap();
+    assert_eq!(
+        lines,
+        serde_json::json!({"topic": {"name": "lines", "connector": "files", "task": 0, "discoverTimestamp": 1_700_000_000_000i64}})
+    );
+    assert!(value("status-topic-lines:connector-acme/files").is_some());
+    let tombstone = records
+        .iter()
+        .rev()
+        .find(|(_, k, _, _)| k.as_deref() == Some(b"status-topic-errors:connector-files".as_slice()));
+    assert_eq!(tombstone.map(|(_, _, v, _)| v.is_none()), Some(true), "the reset is a tombstone");
+}
+
+#[test]
 fn offsets_connect_wrote_with_another_key_order_are_found() {
     let cluster = mock_cluster();
     let bootstrap = cluster.bootstrap_servers();

@@ -477,3 +477,40 @@ pub async fn reset_offsets(
     state.herder.reset_offsets(&caller.namespace(&name)?).await?;
     Ok(Json(json!({ "message": "The offsets for this connector have been reset successfully" })))
 }
+
+/// Refuses KIP-558's endpoints as Connect does when the worker does not track topics (or,
+/// for a reset, does not allow resetting them).
+fn topic_tracking_allowed(state: &ApiState, reset: bool) -> Result<(), ApiError> {
+    let tracking = state.herder.services().topics.settings();
+    if !tracking.enable {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "Topic tracking is disabled."));
+    }
+    if reset && !tracking.allow_reset {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "Topic tracking reset is disabled."));
+    }
+    Ok(())
+}
+
+/// `GET /connectors/{name}/topics` (KIP-558): `{"<name>": {"topics": [...]}}`, the topics
+/// the connector has written records to since they were last reset.
+pub async fn topics(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    topic_tracking_allowed(&state, false)?;
+    let ns = caller.namespace(&name)?;
+    let topics = state.herder.active_topics(&ns).await?;
+    Ok(Json(json!({ caller.name_of(&ns): { "topics": topics } })))
+}
+
+/// `PUT /connectors/{name}/topics/reset` (KIP-558): forgets them; 202.
+pub async fn reset_topics(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    topic_tracking_allowed(&state, true)?;
+    state.herder.reset_active_topics(&caller.namespace(&name)?).await?;
+    Ok(StatusCode::ACCEPTED)
+}

@@ -82,6 +82,8 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<Shared>)> {
         (Method::GET, "/connectors/{name}/tasks", get(connectors::tasks)),
         (Method::GET, "/connectors/{name}/tasks/{task}/status", get(connectors::task_status)),
         (Method::POST, "/connectors/{name}/tasks/{task}/restart", post(connectors::restart_task)),
+        (Method::GET, "/connectors/{name}/topics", get(connectors::topics)),
+        (Method::PUT, "/connectors/{name}/topics/reset", put(connectors::reset_topics)),
         (Method::GET, "/connectors/{name}/offsets", get(connectors::get_offsets)),
         (Method::PATCH, "/connectors/{name}/offsets", patch(connectors::patch_offsets)),
         (Method::DELETE, "/connectors/{name}/offsets", delete(connectors::reset_offsets)),

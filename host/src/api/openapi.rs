@@ -167,6 +167,27 @@ pub fn document() -> Value {
         "/connectors/{name}/tasks/{task}/restart": {
             "post": operation("Restart one task", vec![name(), task()], None, &[("204", "Restarting", None)]),
         },
+        "/connectors/{name}/topics": {
+            "get": operation(
+                "The topics the connector has written to since they were last reset (KIP-558)",
+                vec![name()],
+                None,
+                &[
+                    ("200", "Active topics, by connector", Some(json!({ "type": "object", "additionalProperties": {
+                        "type": "object", "required": ["topics"],
+                        "properties": { "topics": { "type": "array", "items": { "type": "string" } } } } }))),
+                    ("403", "Topic tracking is disabled", Some(schema_ref("Error"))),
+                ],
+            ),
+        },
+        "/connectors/{name}/topics/reset": {
+            "put": operation(
+                "Forget the connector's active topics (KIP-558)",
+                vec![name()],
+                None,
+                &[("202", "Reset", None), ("403", "Topic tracking or its reset is disabled", Some(schema_ref("Error")))],
+            ),
+        },
         "/connectors/{name}/offsets": {
             "get": operation("The connector's committed offsets (KIP-875)", vec![name()], None, &[("200", "Offsets", Some(schema_ref("Offsets")))]),
             "patch": operation(

@@ -15,6 +15,6 @@ pub use keys::{
     KafkaSettings, RestartPolicy, SandboxSettings, TASKS_MAX, TransactionBoundary,
 };
 pub use worker::{
-    DEFAULT_TENANT, MOST_INSTANCES, OperatorConfig, Quotas, StorageConfig, StorageKind, Tenant, WorkerConfig,
-    WorkerSandbox, hash_token,
+    DEFAULT_TENANT, MOST_INSTANCES, OperatorConfig, Quotas, StorageConfig, StorageKind, Tenant, TopicTracking,
+    WorkerConfig, WorkerSandbox, hash_token,
 };

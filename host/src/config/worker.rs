@@ -161,10 +161,49 @@ pub struct OperatorConfig {
     pub token_sha256: Option<String>,
 }
 
+/// Connect's worker keys `topic.tracking.enable` and `topic.tracking.allow.reset` (KIP-558):
+/// whether the topics each connector writes to are tracked (`GET /connectors/{n}/topics`),
+/// and whether they may be reset. Both default to true, as in Connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicTracking {
+    pub enable: bool,
+    pub allow_reset: bool,
+}
+
+impl Default for TopicTracking {
+    fn default() -> Self {
+        TopicTracking { enable: true, allow_reset: true }
+    }
+}
+
+/// `topic.tracking.*` as TOML reads Connect's dotted keys written at the top of the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopicKeys {
+    #[serde(default)]
+    tracking: TopicTrackingKeys,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopicTrackingKeys {
+    enable: Option<bool>,
+    #[serde(default)]
+    allow: AllowKeys,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AllowKeys {
+    reset: Option<bool>,
+}
+
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WorkerFile {
+    #[serde(default)]
+    topic: TopicKeys,
     #[serde(default)]
     operator: OperatorConfig,
     #[serde(default)]
@@ -189,6 +228,7 @@ pub struct WorkerConfig {
     pub storage: StorageConfig,
     /// `[kafka]`, when declared.
     pub kafka: Option<KafkaConfig>,
+    pub topic_tracking: TopicTracking,
 }
 
 pub fn hash_token(token: &str) -> String {
@@ -278,6 +318,10 @@ impl WorkerConfig {
             sandbox: file.sandbox,
             storage: file.storage,
             kafka,
+            topic_tracking: TopicTracking {
+                enable: file.topic.tracking.enable.unwrap_or(true),
+                allow_reset: file.topic.tracking.allow.reset.unwrap_or(true),
+            },
         })
     }
 
@@ -319,6 +363,17 @@ impl WorkerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn topic_tracking_takes_connects_keys_and_defaults_to_on() {
+        assert_eq!(WorkerConfig::parse("").unwrap().topic_tracking, TopicTracking { enable: true, allow_reset: true });
+        let off = WorkerConfig::parse("topic.tracking.enable = false\n[sandbox]\nmax_instances = 8\n").unwrap();
+        assert_eq!(off.topic_tracking, TopicTracking { enable: false, allow_reset: true });
+        let no_reset = WorkerConfig::parse("topic.tracking.allow.reset = false\n").unwrap();
+        assert_eq!(no_reset.topic_tracking, TopicTracking { enable: true, allow_reset: false });
+        let error = WorkerConfig::parse("topic.tracking.enabled = false\n").unwrap_err().to_string();
+        assert!(error.contains("unknown field `enabled`"), "{error}");
+    }
 
     #[test]
     fn parse_authenticate_and_grant() {

@@ -20,6 +20,7 @@ use super::limits::TenantRates;
 use super::metrics::{ConnectorMetrics, MetricsSnapshot};
 use super::services::{IdlePolls, Services};
 use super::status::StatusBoard;
+use super::topics::ActiveTopics;
 use crate::config::{ConfigError, ConnectorConfig, DEFAULT_TENANT, WorkerConfig, keys::NAME};
 use crate::destinations;
 use crate::runtime::{Plugin, Registry, Runtime};
@@ -107,6 +108,7 @@ impl Herder {
         let rates = Arc::new(TenantRates::new(&worker));
         let idle_polls = Arc::new(IdlePolls::new(worker.sandbox.idle_polls_per_second));
         let exit = Arc::default();
+        let topics = Arc::new(ActiveTopics::new(worker.topic_tracking, stores.statuses().clone()));
         Ok(Herder::new(Services {
             exit,
             runtime,
@@ -116,6 +118,7 @@ impl Herder {
             worker: Arc::new(worker),
             rates,
             idle_polls,
+            topics,
         }))
     }
 
@@ -555,6 +558,23 @@ impl Herder {
         self.services.stores.offsets().all_offsets(ns).map_err(HerderError::Store)
     }
 
+    /// The topics the connector has written to since they were last reset (KIP-558).
+    pub async fn active_topics(&self, ns: &Namespace) -> Result<Vec<String>, HerderError> {
+        if !self.connectors.lock().await.contains_key(ns) {
+            return Err(HerderError::NotFound(ns.connector.clone()));
+        }
+        self.services.topics.list(ns).map_err(HerderError::Store)
+    }
+
+    /// Forgets the topics the connector has written to (KIP-558's reset): the next batch
+    /// to each is recorded afresh.
+    pub async fn reset_active_topics(&self, ns: &Namespace) -> Result<(), HerderError> {
+        if !self.connectors.lock().await.contains_key(ns) {
+            return Err(HerderError::NotFound(ns.connector.clone()));
+        }
+        self.services.topics.reset(ns).map_err(HerderError::Store)
+    }
+
     /// Forgets every committed offset of a STOPPED connector (KIP-875's reset).
     pub async fn reset_offsets(&self, ns: &Namespace) -> Result<(), HerderError> {
         let all = self.services.stores.offsets().all_offsets(ns).map_err(HerderError::Store)?;
@@ -592,6 +612,8 @@ impl Herder {
         }
         self.services.stores.configs().delete_connector(ns).map_err(HerderError::Store)?;
         self.services.board.remove(ns);
+        // A connector made again under the name starts with no active topics (KIP-558).
+        self.services.topics.reset(ns).map_err(HerderError::Store)?;
         Ok(())
     }
 

@@ -3,8 +3,9 @@
 //! ([`connector`], deciding with the pure [`reconfigure::plan`]), each task's poll,
 //! deliver and commit loop ([`task_runner`]) and the lane its batches are delivered on
 //! ([`lane`]), the checks on what a plugin returns
-//! ([`records`]), the status board ([`status`]), the tenants' rate budgets ([`limits`])
-//! and each connector's in-memory counters ([`metrics`]).
+//! ([`records`]), the status board ([`status`]), the topics each connector wrote to
+//! ([`topics`]), the tenants' rate budgets ([`limits`]) and each connector's in-memory
+//! counters ([`metrics`]).
 //!
 //! Uses the config, storage, runtime and destinations layers.
 
@@ -19,6 +20,7 @@ pub mod records;
 mod services;
 pub mod status;
 mod task_runner;
+pub mod topics;
 
 pub use admission::Admitted;
 pub use herder::{Herder, HerderError};

@@ -22,6 +22,7 @@ pub struct Services {
     pub worker: Arc<WorkerConfig>,
     pub rates: Arc<TenantRates>,
     pub idle_polls: Arc<IdlePolls>,
+    pub topics: Arc<super::topics::ActiveTopics>,
 }
 
 impl Services {

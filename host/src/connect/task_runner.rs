@@ -592,6 +592,7 @@ fn delivery_work(
 ) -> impl FnOnce() -> (Attempt, bool) + Send + 'static {
     let (namespace, settings, statuses, task) =
         (spec.namespace.clone(), spec.settings.clone(), spec.services.board.clone(), spec.task);
+    let active_topics = spec.services.topics.clone();
     move || {
         let started = Instant::now();
         let (records, offsets) = match outgoing {
@@ -613,6 +614,7 @@ fn delivery_work(
             // The records are dropped here rather than on the task's thread (a reference
             // count per key, value, offset and header).
             Ok(()) => {
+                active_topics.delivered(&namespace, task, &records.topics_written());
                 let (count, commits) = (records.len() as u64, !offsets.is_empty());
                 drop(records);
                 (Attempt::Delivered { count, commits, took: started.elapsed() }, true)

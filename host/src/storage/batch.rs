@@ -119,6 +119,16 @@ impl RecordBatch {
         self.entries.get(index).map(|entry| self.record(entry))
     }
 
+    /// The topics its records go to, each once (a topic named only by records the checks
+    /// skipped is not among them).
+    pub fn topics_written(&self) -> Vec<&Arc<str>> {
+        let mut used = vec![false; self.topics.len()];
+        for entry in &self.entries {
+            used[entry.topic as usize] = true;
+        }
+        self.topics.iter().zip(used).filter_map(|(topic, used)| used.then_some(topic)).collect()
+    }
+
     /// Copies of the records, for callers that keep them.
     pub fn to_records(&self) -> Vec<Record> {
         self.iter().map(|r| r.to_record()).collect()
@@ -305,6 +315,19 @@ mod tests {
         assert_eq!(first.headers().collect::<Vec<_>>(), [("h", b"\xff".as_slice())]);
         assert_eq!((first.topic, first.value), ("a", Some(b"one".as_slice())));
         assert!(batch.get(3).is_none());
+        let written: Vec<&str> = batch.topics_written().into_iter().map(|t| &**t).collect();
+        assert_eq!(written, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_topic_no_record_goes_to_is_not_written() {
+        let mut builder = RecordBatchBuilder::new(b"{}".to_vec());
+        let (_unused, used, p) =
+            (builder.topic("skipped".into()), builder.topic("t".into()), builder.partition("{}".into()));
+        let (offset, _) = builder.text(Part { start: 0, len: 2 }, "offset").unwrap();
+        builder.push(used, p, offset, None, None, [], 0).unwrap();
+        let batch = builder.finish();
+        assert_eq!(batch.topics_written().into_iter().map(|t| &**t).collect::<Vec<_>>(), ["t"]);
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //!   `{"state":..,"state.v2":..}` (KIP-875), `task-<name>-<n>` `{"properties":{...}}` and
 //!   `commit-<name>` `{"tasks":N}`.
 //! - statuses: `status-connector-<name>` with Connect's fields (`state`, `trace`,
-//!   `worker_id`, `generation`) and Sluice's task statuses under `tasks`.
+//!   `worker_id`, `generation`) and Sluice's task statuses under `tasks`; KIP-558's active
+//!   topics as `status-topic-<topic>:connector-<name>`
+//!   `{"topic":{"name","connector","task","discoverTimestamp"}}`.
 //!
 //! A connector of a declared tenant is named `<tenant>/<connector>` in every key: a
 //! connector name has no `/`, so no tenant's connector can forge another's key, and the
@@ -39,7 +41,9 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaErrorCode;
 use serde_json::{Value, json};
 
-use super::{ConfigStore, ConnectorStatus, Namespace, OffsetStore, StatusStore, StoredConnector, TargetState};
+use super::{
+    ActiveTopic, ConfigStore, ConnectorStatus, Namespace, OffsetStore, StatusStore, StoredConnector, TargetState,
+};
 use crate::config::{DEFAULT_TENANT, InternalTopic, KafkaConfig};
 
 /// How long the check of the state topics' cleanup.policy waits: a broker that does not
@@ -311,6 +315,7 @@ pub struct KafkaBackend {
     offsets: Mutex<BTreeMap<(Namespace, String), String>>,
     configs: Mutex<BTreeMap<Namespace, StoredConfig>>,
     statuses: Mutex<BTreeMap<Namespace, ConnectorStatus>>,
+    active_topics: Mutex<BTreeMap<Namespace, BTreeMap<String, ActiveTopic>>>,
 }
 
 #[derive(Default, Clone)]
@@ -354,6 +359,7 @@ impl KafkaBackend {
             offsets: Mutex::default(),
             configs: Mutex::default(),
             statuses: Mutex::default(),
+            active_topics: Mutex::default(),
         };
         for (key, value) in TopicView::read_to_end(kafka, &kafka.offsets.name)? {
             backend.apply_offset(&key, value.as_deref());
@@ -447,7 +453,11 @@ impl KafkaBackend {
     }
 
     fn apply_status(&self, key: &[u8], value: Option<&[u8]>) {
-        let Some(name) = std::str::from_utf8(key).ok().and_then(|k| k.strip_prefix("status-connector-")) else {
+        let Ok(key) = std::str::from_utf8(key) else { return };
+        if let Some(topic_key) = key.strip_prefix("status-topic-") {
+            return self.apply_active_topic(topic_key, value);
+        }
+        let Some(name) = key.strip_prefix("status-connector-") else {
             return;
         };
         let ns = namespace_of(name);
@@ -458,6 +468,29 @@ impl KafkaBackend {
             }
             None => {
                 statuses.remove(&ns);
+            }
+        }
+    }
+
+    /// `<topic>:connector-<name>` (a topic name has no ':') and its record.
+    fn apply_active_topic(&self, key: &str, value: Option<&[u8]>) {
+        let Some((topic, name)) = key.split_once(":connector-") else { return };
+        let ns = namespace_of(name);
+        let mut active = self.active_topics.lock().unwrap();
+        let record = value.and_then(|v| serde_json::from_slice::<Value>(v).ok());
+        match record.as_ref().map(|r| &r["topic"]) {
+            Some(status) => {
+                let topic = ActiveTopic {
+                    name: topic.to_string(),
+                    task: status["task"].as_u64().and_then(|t| u32::try_from(t).ok()).unwrap_or(0),
+                    discovered_ms: status["discoverTimestamp"].as_i64().unwrap_or(0),
+                };
+                active.entry(ns).or_default().insert(topic.name.clone(), topic);
+            }
+            None => {
+                if let Some(topics) = active.get_mut(&ns) {
+                    topics.remove(topic);
+                }
             }
         }
     }
@@ -606,7 +639,7 @@ impl ConfigStore for KafkaBackend {
         self.configs.lock().unwrap().remove(ns);
         self.statuses_topic.write(&[(format!("status-connector-{name}").into_bytes(), None)])?;
         self.statuses.lock().unwrap().remove(ns);
-        Ok(())
+        self.reset_active_topics(ns)
     }
 
     fn tenants(&self) -> anyhow::Result<Vec<String>> {
@@ -658,6 +691,39 @@ impl StatusStore for KafkaBackend {
         let statuses = self.statuses.lock().unwrap();
         Ok(statuses.iter().filter(|(ns, _)| ns.tenant == tenant).map(|(_, s)| s.clone()).collect())
     }
+
+    fn put_active_topic(&self, ns: &Namespace, topic: &ActiveTopic) -> anyhow::Result<()> {
+        let name = qualified_name(ns);
+        let value = json!({"topic": {
+            "name": topic.name, "connector": name, "task": topic.task, "discoverTimestamp": topic.discovered_ms,
+        }});
+        // Sent without waiting, as statuses are (Connect sends its TopicStatus so too).
+        self.active_topics.lock().unwrap().entry(ns.clone()).or_default().insert(topic.name.clone(), topic.clone());
+        self.statuses_topic.send(&active_topic_key(&topic.name, &name), Some(value.to_string().as_bytes()))
+    }
+
+    fn active_topics(&self, ns: &Namespace) -> anyhow::Result<Vec<ActiveTopic>> {
+        let active = self.active_topics.lock().unwrap();
+        Ok(active.get(ns).map(|topics| topics.values().cloned().collect()).unwrap_or_default())
+    }
+
+    fn reset_active_topics(&self, ns: &Namespace) -> anyhow::Result<()> {
+        let name = qualified_name(ns);
+        let topics: Vec<String> =
+            self.active_topics.lock().unwrap().get(ns).map(|t| t.keys().cloned().collect()).unwrap_or_default();
+        let tombstones: Vec<Entry> = topics.iter().map(|topic| (active_topic_key(topic, &name), None)).collect();
+        self.statuses_topic.write(&tombstones)?;
+        let mut active = self.active_topics.lock().unwrap();
+        if let Some(known) = active.get_mut(ns) {
+            known.retain(|topic, _| !topics.contains(topic));
+        }
+        Ok(())
+    }
+}
+
+/// Connect's key of a topic status: `status-topic-<topic>:connector-<connector>`.
+fn active_topic_key(topic: &str, qualified_name: &str) -> Vec<u8> {
+    format!("status-topic-{topic}:connector-{qualified_name}").into_bytes()
 }
 
 #[cfg(test)]

@@ -20,7 +20,9 @@ use anyhow::Context;
 use crate::config::{StorageKind, WorkerConfig};
 
 pub use batch::{Part, RecordBatch, RecordBatchBuilder, RecordRef, TextPart};
-pub use model::{ConnectorState, ConnectorStatus, Record, State, StoredRecord, TargetState, TaskStatus, Text};
+pub use model::{
+    ActiveTopic, ConnectorState, ConnectorStatus, Record, State, StoredRecord, TargetState, TaskStatus, Text,
+};
 
 /// Everything a connector owns is scoped by tenant and connector name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -76,10 +78,16 @@ pub trait ConfigStore: Send + Sync {
     fn task_configs(&self, ns: &Namespace) -> anyhow::Result<Vec<Vec<(String, String)>>>;
 }
 
-/// The last known status of every connector.
+/// The last known status of every connector, and (KIP-558) the topics each has written to.
 pub trait StatusStore: Send + Sync {
     fn put_status(&self, ns: &Namespace, status: &ConnectorStatus) -> anyhow::Result<()>;
     fn statuses(&self, tenant: &str) -> anyhow::Result<Vec<ConnectorStatus>>;
+    /// Remembers that a task of the connector wrote to `topic.name` (kept until reset).
+    fn put_active_topic(&self, ns: &Namespace, topic: &ActiveTopic) -> anyhow::Result<()>;
+    /// The topics the connector has written to since they were last reset, by name.
+    fn active_topics(&self, ns: &Namespace) -> anyhow::Result<Vec<ActiveTopic>>;
+    /// Forgets the connector's active topics.
+    fn reset_active_topics(&self, ns: &Namespace) -> anyhow::Result<()>;
 }
 
 /// The local destination's log. It *is* an offset store: records are appended together

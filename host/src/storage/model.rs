@@ -163,6 +163,15 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// KIP-558: a topic a connector wrote to, with the task that first did and when (ms since
+/// the epoch), as Connect's `TopicStatus`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveTopic {
+    pub name: String,
+    pub task: u32,
+    pub discovered_ms: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectorStatus {
     pub name: String,

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::model::{ConnectorStatus, Record, StoredRecord, TargetState, Text};
+use super::model::{ActiveTopic, ConnectorStatus, Record, StoredRecord, TargetState, Text};
 use super::{ConfigStore, Namespace, OffsetStore, RecordBatch, RecordLog, StatusStore, StoredConnector};
 
 pub struct SqliteStore {
@@ -152,6 +152,10 @@ CREATE TABLE IF NOT EXISTS target_states (
 CREATE TABLE IF NOT EXISTS statuses (
     tenant TEXT NOT NULL, connector TEXT NOT NULL, status TEXT NOT NULL,
     PRIMARY KEY (tenant, connector));
+CREATE TABLE IF NOT EXISTS active_topics (
+    tenant TEXT NOT NULL, connector TEXT NOT NULL, topic TEXT NOT NULL, task INTEGER NOT NULL,
+    discovered_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant, connector, topic));
 CREATE TABLE IF NOT EXISTS log_topics (
     id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, topic TEXT NOT NULL, next_offset INTEGER NOT NULL,
     UNIQUE (tenant, topic));
@@ -716,7 +720,7 @@ impl ConfigStore for SqliteStore {
     fn delete_connector(&self, ns: &Namespace) -> anyhow::Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for table in ["connector_configs", "task_configs", "target_states", "statuses"] {
+        for table in ["connector_configs", "task_configs", "target_states", "statuses", "active_topics"] {
             tx.execute(
                 &format!("DELETE FROM {table} WHERE tenant = ?1 AND connector = ?2"),
                 params![ns.tenant, ns.connector],
@@ -771,6 +775,35 @@ impl StatusStore for SqliteStore {
         let mut stmt = conn.prepare_cached("SELECT status FROM statuses WHERE tenant = ?1 ORDER BY connector")?;
         let rows = stmt.query_map(params![tenant], |row| row.get::<_, String>(0))?;
         rows.map(|text| Ok(serde_json::from_str(&text?)?)).collect()
+    }
+
+    fn put_active_topic(&self, ns: &Namespace, topic: &ActiveTopic) -> anyhow::Result<()> {
+        // The first writer's task and time stay, as Connect keeps the first TopicStatus.
+        self.conn().execute(
+            "INSERT INTO active_topics (tenant, connector, topic, task, discovered_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (tenant, connector, topic) DO NOTHING",
+            params![ns.tenant, ns.connector, topic.name, topic.task, topic.discovered_ms],
+        )?;
+        Ok(())
+    }
+
+    fn active_topics(&self, ns: &Namespace) -> anyhow::Result<Vec<ActiveTopic>> {
+        let conn = self.reader();
+        let mut stmt = conn.prepare_cached(
+            "SELECT topic, task, discovered_ms FROM active_topics WHERE tenant = ?1 AND connector = ?2 ORDER BY topic",
+        )?;
+        let rows = stmt.query_map(params![ns.tenant, ns.connector], |row| {
+            Ok(ActiveTopic { name: row.get(0)?, task: row.get(1)?, discovered_ms: row.get(2)? })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn reset_active_topics(&self, ns: &Namespace) -> anyhow::Result<()> {
+        self.conn().execute(
+            "DELETE FROM active_topics WHERE tenant = ?1 AND connector = ?2",
+            params![ns.tenant, ns.connector],
+        )?;
+        Ok(())
     }
 }
 

@@ -459,3 +459,53 @@ fn connect_3_x_requests_initial_state_patched_configs_and_names() {
     let empty = server.call("PATCH", "/connectors/p/offsets", None, Some(r#"{"offsets": []}"#)).assert_error(400);
     assert!(empty.contains("empty"), "{empty}");
 }
+
+#[test]
+fn active_topics_are_tracked_reset_kept_across_restarts_and_forgotten_on_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, plugins) = (dir.path().join("data"), plugin_folder(dir.path(), &["counter"]));
+    let mut server = Server::start(&data, &plugins, None);
+    let topics = |server: &Server| server.get("/connectors/t/topics").json();
+    let body = counter("t", json!({"topic": "first", "records.per.second": "200"}));
+    assert_eq!(server.call("POST", "/connectors", None, Some(&body)).status, 201);
+    // KIP-558: the topics it wrote to, under its name, once it has written.
+    server.wait_for("first tracked", "/connectors/t/topics", None, |t| t == &json!({"t": {"topics": ["first"]}}));
+    server.get("/connectors/nope/topics").assert_error(404);
+    server.call("PUT", "/connectors/nope/topics/reset", None, None).assert_error(404);
+
+    // Reset while stopped: nothing is written, so nothing comes back.
+    assert_eq!(server.call("PUT", "/connectors/t/stop", None, None).status, 204);
+    assert_eq!(server.call("PUT", "/connectors/t/topics/reset", None, None).status, 202);
+    assert_eq!(topics(&server), json!({"t": {"topics": []}}));
+    // Another topic from now on: only it is listed, and it is still listed after a restart.
+    assert_eq!(server.call("PATCH", "/connectors/t/config", None, Some(r#"{"topic": "second"}"#)).status, 200);
+    assert_eq!(server.call("PUT", "/connectors/t/resume", None, None).status, 202);
+    server.wait_for("second tracked", "/connectors/t/topics", None, |t| t == &json!({"t": {"topics": ["second"]}}));
+    assert!(server.terminate().success());
+    let server = Server::start(&data, &plugins, None);
+    assert_eq!(topics(&server), json!({"t": {"topics": ["second"]}}));
+
+    // Deleted and made again under the name (stopped, so it writes nothing): no topics.
+    assert_eq!(server.call("DELETE", "/connectors/t", None, None).status, 204);
+    let mut again: Value = serde_json::from_str(&counter("t", json!({}))).unwrap();
+    again["initial_state"] = json!("STOPPED");
+    assert_eq!(server.call("POST", "/connectors", None, Some(&again.to_string())).status, 201);
+    assert_eq!(topics(&server), json!({"t": {"topics": []}}));
+    drop(server);
+
+    // Connect's worker keys turn tracking, or only its reset, off.
+    for (toml, get, reset) in [
+        ("topic.tracking.enable = false\n", Some("Topic tracking is disabled."), "Topic tracking is disabled."),
+        ("topic.tracking.allow.reset = false\n", None, "Topic tracking reset is disabled."),
+    ] {
+        let config = dir.path().join("sluice.toml");
+        std::fs::write(&config, toml).unwrap();
+        let server = Server::start(&data, &plugins, Some(&config));
+        match get {
+            Some(message) => assert!(server.get("/connectors/t/topics").assert_error(403).contains(message)),
+            None => assert_eq!(topics(&server), json!({"t": {"topics": []}})),
+        }
+        let refused = server.call("PUT", "/connectors/t/topics/reset", None, None).assert_error(403);
+        assert!(refused.contains(reset), "{refused}");
+    }
+}

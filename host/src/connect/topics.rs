@@ -1,0 +1,84 @@
+//! KIP-558's active topics: which topics each connector has written records to since they
+//! were last reset, kept in the status store (`GET /connectors/{name}/topics`). A
+//! delivered batch's topics are checked against the worker's own view, so the store is
+//! written once per new topic, not once per batch.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use crate::config::TopicTracking;
+use crate::storage::{ActiveTopic, Namespace, StatusStore};
+
+pub struct ActiveTopics {
+    settings: TopicTracking,
+    store: Arc<dyn StatusStore>,
+    /// The topics known to be stored, by connector; a connector is read from the store
+    /// the first time one of its batches is delivered.
+    known: Mutex<HashMap<Namespace, HashSet<Arc<str>>>>,
+}
+
+impl ActiveTopics {
+    pub fn new(settings: TopicTracking, store: Arc<dyn StatusStore>) -> ActiveTopics {
+        ActiveTopics { settings, store, known: Mutex::default() }
+    }
+
+    pub fn settings(&self) -> TopicTracking {
+        self.settings
+    }
+
+    /// Notes that `task` of the connector delivered records to `topics`. A store that
+    /// cannot be written is logged, not fatal: the records are delivered, and the topic is
+    /// tried again with the next batch.
+    pub fn delivered(&self, ns: &Namespace, task: u32, topics: &[&Arc<str>]) {
+        if !self.settings.enable || topics.is_empty() {
+            return;
+        }
+        let mut known = self.known.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let known = match known.get_mut(ns) {
+            Some(known) => known,
+            None => {
+                let stored = match self.store.active_topics(ns) {
+                    Ok(stored) => stored.into_iter().map(|topic| Arc::from(topic.name)).collect(),
+                    Err(e) => {
+                        return tracing::warn!(connector = %ns.connector, "cannot read its active topics: {e:#}");
+                    }
+                };
+                known.entry(ns.clone()).or_insert(stored)
+            }
+        };
+        for &topic in topics {
+            if known.contains(topic) {
+                continue;
+            }
+            let status = ActiveTopic { name: topic.to_string(), task, discovered_ms: now_ms() };
+            match self.store.put_active_topic(ns, &status) {
+                Ok(()) => {
+                    known.insert(topic.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(connector = %ns.connector, topic = %topic, "cannot store an active topic: {e:#}")
+                }
+            }
+        }
+    }
+
+    /// The connector's active topics, by name.
+    pub fn list(&self, ns: &Namespace) -> anyhow::Result<Vec<String>> {
+        let mut names: Vec<String> = self.store.active_topics(ns)?.into_iter().map(|topic| topic.name).collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Forgets the connector's active topics (a reset, or the connector deleted). Under the
+    /// lock, so a batch delivered meanwhile is either forgotten too or recorded afresh.
+    pub fn reset(&self, ns: &Namespace) -> anyhow::Result<()> {
+        let mut known = self.known.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.store.reset_active_topics(ns)?;
+        known.remove(ns);
+        Ok(())
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
