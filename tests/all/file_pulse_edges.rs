@@ -4,7 +4,8 @@
 //! folder, `move` onto a name already archived, a file that fails part way and is
 //! retried, a name that is not UTF-8, a last line without its newline in tail mode,
 //! `tasks.max` far above the work, a finished file that changes, one line too large for a
-//! record, a file replaced or removed while it is read, and a move cut short by a crash.
+//! record, a file replaced or removed while it is read, a move cut short by a crash, and
+//! the listed and archive folders removed and made again.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -454,4 +455,27 @@ async fn a_move_cut_short_by_a_crash_is_finished_not_repeated() {
     wait_until("f.txt gone from the inbox", || (!dirs.inbox.path().join("f.txt").exists()).then_some(())).await;
     assert_eq!(files_in(dirs.done.path()), ["f.txt"], "archived twice");
     assert_eq!(host.values("lines"), ["one", "two"], "read again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listed_and_move_folders_removed_and_made_again_are_followed() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let done = Dirs::path(&dirs.done);
+    let config = dirs.config(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", &done)]);
+    host.start(pulse("pulse", &config)).await;
+    drop_file(dirs.inbox.path(), "a.txt", b"a1\na2\n");
+    wait_until("a.txt archived", || dirs.done.path().join("a.txt").exists().then_some(())).await;
+
+    // The user clears both folders the way a script does.
+    for dir in [dirs.inbox.path(), dirs.done.path()] {
+        std::fs::remove_dir_all(dir).unwrap();
+        std::fs::create_dir(dir).unwrap();
+    }
+    drop_file(dirs.inbox.path(), "b.txt", b"b1\nb2\n");
+    wait_until("b.txt archived in the new folder", || dirs.done.path().join("b.txt").exists().then_some(())).await;
+    assert_eq!(host.values("lines"), ["a1", "a2", "b1", "b2"], "a line lost or sent twice");
+    assert_eq!(files_in(dirs.inbox.path()), Vec::<String>::new());
+    let status = host.herder.status("pulse").unwrap();
+    assert_eq!(status.connector.state, State::Running, "{status:?}");
 }

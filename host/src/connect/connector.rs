@@ -3,6 +3,7 @@
 //! exponential backoff when its `restart.policy` is `on-failure`; its tasks run on
 //! meanwhile, as in Kafka Connect.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use super::metrics::ConnectorMetrics;
 use super::reconfigure;
 use super::services::{Services, StopSignal, stopped, unless_stopped, wake_after};
 use super::task_runner::{TaskSpec, run_task};
-use crate::config::{ConnectorConfig, ConnectorSettings};
+use crate::config::{ConnectorConfig, ConnectorSettings, SandboxSettings};
 use crate::destinations::Destination;
 use crate::runtime::bindings::ConnectorError;
 use crate::runtime::plugin_log::escape_controls;
@@ -62,6 +63,40 @@ async fn stop_all(tasks: Vec<TaskHandle>, deadline: Instant) {
     for task in tasks {
         let _ = task.join.await;
     }
+}
+
+/// The granted directories (`sandbox.fs.read` and `sandbox.fs.write`) as they were when a
+/// connector instance was made. An instance holds each open, so one removed and made again
+/// under its name (`rm -rf in && mkdir in`) is not the one it lists or moves files into:
+/// the connector and its tasks are restarted to grant the new one (checked again at
+/// instantiation, as every grant is).
+struct GrantedDirs(Vec<(PathBuf, Option<(u64, u64)>)>);
+
+impl GrantedDirs {
+    fn now(sandbox: &SandboxSettings) -> GrantedDirs {
+        let dirs = sandbox.fs_read.iter().chain(&sandbox.fs_write);
+        GrantedDirs(dirs.map(|dir| (dir.clone(), identity(dir))).collect())
+    }
+
+    /// A granted directory that is now another directory (one that is gone and not back
+    /// yet is not: a restart could not grant it).
+    fn replaced(&self) -> Option<&Path> {
+        self.0.iter().find_map(|(dir, then)| {
+            let now = identity(dir)?;
+            then.is_some_and(|then| then != now).then_some(dir.as_path())
+        })
+    }
+}
+
+#[cfg(unix)]
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn identity(_dir: &Path) -> Option<(u64, u64)> {
+    None
 }
 
 pub(super) struct ConnectorRun {
@@ -161,6 +196,9 @@ impl ConnectorRun {
         control: &mut mpsc::UnboundedReceiver<Control>,
         attempt: &mut u32,
     ) -> InstanceEnd {
+        // Before the instance opens them, so a directory replaced in between is seen as
+        // replaced at the first tick (one restart too many, never one too few).
+        let granted = GrantedDirs::now(&self.settings.sandbox);
         let context = self.services.context(&self.namespace, None, Some(self.reconfigure.clone()));
         let mut instance =
             match self.services.runtime.instantiate(self.plugin.pre(), context, &self.settings.sandbox).await {
@@ -219,6 +257,19 @@ impl ConnectorRun {
                 }
                 _ = tokio::time::sleep_until(next_tick.into()), if !is_paused => {
                     next_tick = wake_after(self.settings.monitor_interval);
+                    if let Some(dir) = granted.replaced() {
+                        tracing::warn!(
+                            connector = %self.config.name,
+                            "'{}' was removed and made again since the connector started: restarting it and its tasks, so that they see the new directory",
+                            dir.display()
+                        );
+                        self.restart_tasks(Tasks::All).await;
+                        instance.stop_by(Instant::now() + self.settings.sandbox.timeouts.lifecycle);
+                        if let Err(e) = instance.connector_stop().await {
+                            tracing::warn!(connector = %self.config.name, "stop failed: {e}");
+                        }
+                        return InstanceEnd::Restart;
+                    }
                     match unless_stopped(self.timed_tick(&mut instance), stop).await {
                         // Still ticking at the stop deadline: abandoned, not called again.
                         None => return InstanceEnd::Stopped,
