@@ -5,7 +5,8 @@
 //! retried, a name that is not UTF-8, a last line without its newline in tail mode,
 //! `tasks.max` far above the work, a finished file that changes, one line too large for a
 //! record, a file replaced or removed while it is read, a move cut short by a crash, and
-//! the listed and archive folders removed and made again.
+//! the listed and archive folders removed and made again, and a task held by a log
+//! renamed away that is still written.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -478,4 +479,50 @@ async fn listed_and_move_folders_removed_and_made_again_are_followed() {
     assert_eq!(files_in(dirs.inbox.path()), Vec::<String>::new());
     let status = host.herder.status("pulse").unwrap();
     assert_eq!(status.connector.state, State::Running, "{status:?}");
+}
+
+/// The one task follows `app.log` in tail mode when it is renamed out of the listing and
+/// its writer goes on appending: the task is held (a restart would reopen by path and lose
+/// the rest) while its file is written, but not past `task.stall.timeout.ms` while a new
+/// file waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_held_by_a_log_renamed_away_takes_new_files_after_the_stall_timeout() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let config = dirs.config(&[("file.completion", "tail"), ("tasks.max", "1"), ("task.stall.timeout.ms", "1500")]);
+    host.start(pulse("pulse", &config)).await;
+    let app = dirs.inbox.path().join("app.log");
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let writer = {
+        let (app, writing) = (app.clone(), writing.clone());
+        std::thread::spawn(move || {
+            let mut out = std::fs::OpenOptions::new().create(true).append(true).open(app).unwrap();
+            let mut i = 0;
+            while writing.load(std::sync::atomic::Ordering::Relaxed) {
+                writeln!(out, "app {i}").unwrap();
+                i += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    wait_until("app.log followed", || (host.values("lines").len() >= 5).then_some(())).await;
+    std::fs::rename(&app, dirs.failed.path().join("app.log")).unwrap();
+    drop_file(dirs.inbox.path(), "new.txt", b"new a\nnew b\n");
+    wait_until("new.txt read by the released task", || {
+        let values = host.values("lines");
+        (values.contains(&"new a".to_string()) && values.contains(&"new b".to_string())).then_some(())
+    })
+    .await;
+    writing.store(false, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let values = host.values("lines");
+    let mut unique = values.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), values.len(), "a line sent twice: {values:?}");
+    let app_lines: Vec<&String> = values.iter().filter(|v| v.starts_with("app ")).collect();
+    assert!(
+        app_lines.iter().enumerate().all(|(i, line)| **line == format!("app {i}")),
+        "app.log's lines in order from its first, none skipped before the release: {app_lines:?}"
+    );
 }
