@@ -1,8 +1,8 @@
 //! The api layer: Kafka Connect's REST API over the herder, as `sluice serve` (and `sluice
 //! run --listen`) serve it. Same paths, methods, status codes and JSON shapes as Connect
 //! 3.x/4.x ([`connectors`], [`plugins`]), tokens deciding the tenant ([`auth`]), Prometheus
-//! metrics ([`metrics`]), an OpenAPI document of every route ([`openapi`]) and the web
-//! console that browsers get at `/` ([`console`]).
+//! metrics ([`metrics`]), the worker's log levels ([`loggers`]), an OpenAPI document of
+//! every route ([`openapi`]) and the web console that browsers get at `/` ([`console`]).
 //!
 //! Liberal in what it takes, as Connect is: a trailing slash on any path, booleans in any
 //! case, bodies read as JSON whatever their content type. Every error, the framework's own
@@ -17,6 +17,7 @@ mod connectors;
 pub mod console;
 pub mod error;
 mod guard;
+pub mod loggers;
 pub mod metrics;
 pub mod openapi;
 mod plugins;
@@ -88,6 +89,9 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<Shared>)> {
         (Method::PATCH, "/connectors/{name}/offsets", patch(connectors::patch_offsets)),
         (Method::DELETE, "/connectors/{name}/offsets", delete(connectors::reset_offsets)),
         (Method::GET, "/connector-plugins", get(plugins::list)),
+        (Method::GET, "/admin/loggers", get(loggers::list)),
+        (Method::GET, "/admin/loggers/{logger}", get(loggers::get)),
+        (Method::PUT, "/admin/loggers/{logger}", put(loggers::set)),
         (Method::GET, "/connector-plugins/{plugin}/config", get(plugins::config)),
         (Method::PUT, "/connector-plugins/{plugin}/config/validate", put(plugins::validate)),
         (Method::GET, "/sluice/rejected-plugins", get(plugins::rejected)),

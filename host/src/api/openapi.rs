@@ -96,6 +96,13 @@ pub fn document() -> Value {
     let task = || path_param("task", "The task's id", json!({ "type": "integer", "minimum": 0 }));
     let plugin =
         || path_param("plugin", "The plugin's name (its .wasm file name without .wasm)", json!({ "type": "string" }));
+    let logger = || {
+        path_param(
+            "logger",
+            "A tracing target (`sluice::connect`, `plugin`, `librdkafka`, ...) or `root`",
+            json!({ "type": "string" }),
+        )
+    };
     let none: Vec<Value> = Vec::new();
     let info = Some(schema_ref("ConnectorInfo"));
     let status = Some(schema_ref("ConnectorStatus"));
@@ -201,6 +208,32 @@ pub fn document() -> Value {
                 vec![name()],
                 None,
                 &[("200", "Reset", message.clone()), ("400", "Not STOPPED", Some(schema_ref("Error")))],
+            ),
+        },
+        "/admin/loggers": {
+            "get": operation(
+                "The worker's log levels: root and every logger named (KIP-495)",
+                none.clone(),
+                None,
+                &[("200", "Levels by logger", Some(json!({ "type": "object", "additionalProperties": schema_ref("LoggerLevel") }))),
+                  ("403", "A tenant's token", Some(schema_ref("Error")))],
+            ),
+        },
+        "/admin/loggers/{logger}": {
+            "get": operation(
+                "One logger's level",
+                vec![logger()],
+                None,
+                &[("200", "Its level", Some(schema_ref("LoggerLevel"))), ("404", "Never named", Some(schema_ref("Error")))],
+            ),
+            "put": operation(
+                "Set a logger's level, and of the loggers beneath it (root: all); ?scope=cluster answers 204",
+                vec![logger(), json!({ "name": "scope", "in": "query", "required": false, "schema": { "type": "string", "enum": ["worker", "cluster"] } })],
+                Some(json!({ "type": "object", "required": ["level"], "properties": {
+                    "level": { "type": "string", "enum": ["OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"] } } })),
+                &[("200", "The loggers set", Some(json!({ "type": "array", "items": { "type": "string" } }))),
+                  ("204", "Set (cluster scope)", None),
+                  ("400", "A bad level or logger name", Some(schema_ref("Error")))],
             ),
         },
         "/connector-plugins": {
@@ -311,6 +344,8 @@ pub fn document() -> Value {
             "type": { "type": "string" } } },
         "TaskStatus": task_status,
         "Offsets": partition_offsets,
+        "LoggerLevel": { "type": "object", "required": ["level"], "properties": {
+            "level": { "type": "string" }, "last_modified": { "type": "integer", "nullable": true } } },
         "PluginInfo": { "type": "object", "required": ["class", "type", "version"], "properties": {
             "class": { "type": "string" }, "type": { "type": "string" }, "version": { "type": "string" } } },
         "ConfigKeyInfo": config_key,

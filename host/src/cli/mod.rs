@@ -272,17 +272,20 @@ pub fn main() -> ExitCode {
 /// binary runs `sluice run` in a child process through this.
 pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     let cli = Cli::parse_from(args);
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,wasmtime=warn,cranelift=warn")),
-        )
-        .with_writer(std::io::stderr)
-        // Its report of a failed write is an eprintln!, which panics when stderr is
-        // gone (`2>&1 | head -3`): the panic took a worker thread's task with it.
-        .log_internal_errors(false)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        // Reloadable: `PUT /admin/loggers/{logger}` changes levels while the worker runs.
+        let from_env = std::env::var("SLUICE_LOG").ok();
+        let filter = crate::api::loggers::install(from_env.as_deref(), "info,wasmtime=warn,cranelift=warn");
+        let output = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            // Its report of a failed write is an eprintln!, which panics when stderr is
+            // gone (`2>&1 | head -3`): the panic took a worker thread's task with it.
+            .log_internal_errors(false)
+            .with_ansi(std::io::stderr().is_terminal());
+        tracing_subscriber::registry().with(filter).with(output).init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {

@@ -509,3 +509,45 @@ fn active_topics_are_tracked_reset_kept_across_restarts_and_forgotten_on_delete(
         assert!(refused.contains(reset), "{refused}");
     }
 }
+
+#[test]
+fn log_levels_are_read_and_changed_while_the_worker_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &plugin_folder(dir.path(), &["counter"]), None);
+    // The tests' servers run with SLUICE_LOG=warn.
+    assert_eq!(server.get("/admin/loggers").json(), json!({"root": {"level": "WARN", "last_modified": null}}));
+    let body = counter("l", json!({"records.per.second": "200", "tasks.max": "1"}));
+    assert_eq!(server.call("POST", "/connectors", None, Some(&body)).status, 201);
+    server.wait_for("a commit", "/connectors/l/offsets", None, |o| o["offsets"][0].is_object());
+    // The counter logs each commit at debug level, which WARN leaves out.
+    assert!(!server.log().contains("committed offsets"), "{}", server.log());
+
+    let set = server.call("PUT", "/admin/loggers/plugin", None, Some(r#"{"level": "debug"}"#));
+    assert_eq!(set.status, 200, "{set:?}");
+    assert_eq!(set.json(), json!(["plugin"]));
+    wait_until("a plugin debug line", || server.log().contains("committed offsets").then_some(()));
+    let plugin = server.get("/admin/loggers/plugin").json();
+    assert_eq!(plugin["level"], "DEBUG");
+    assert!(plugin["last_modified"].as_i64().is_some_and(|t| t > 1_700_000_000_000), "{plugin}");
+
+    // Connect's answers to mistakes.
+    let bad = server.call("PUT", "/admin/loggers/plugin", None, Some(r#"{"level": "verbose"}"#)).assert_error(400);
+    assert_eq!(bad, "Invalid log level 'verbose'.");
+    let none = server.call("PUT", "/admin/loggers/plugin", None, Some("{}")).assert_error(400);
+    assert_eq!(none, "Desired 'level' parameter was not specified in the request.");
+    assert_eq!(server.get("/admin/loggers/nope").assert_error(404), "Logger nope not found.");
+    server.call("PUT", "/admin/loggers/a%20b", None, Some(r#"{"level": "INFO"}"#)).assert_error(400);
+
+    // Root sets every logger; the cluster scope (this worker) answers 204.
+    let root = server.call("PUT", "/admin/loggers/root?scope=cluster", None, Some(r#"{"level": "ERROR"}"#));
+    assert_eq!(root.status, 204, "{root:?}");
+    let loggers = server.get("/admin/loggers").json();
+    assert_eq!(loggers.as_object().unwrap().keys().collect::<Vec<_>>(), ["plugin", "root"]);
+    assert!(loggers.as_object().unwrap().values().all(|l| l["level"] == "ERROR"), "{loggers}");
+    let seq = |server: &Server| server.get("/connectors/l/offsets").json()["offsets"][0]["offset"]["seq"].as_u64();
+    let (lines, at) = (server.log().matches("committed offsets").count(), seq(&server).unwrap());
+    wait_until("a few more commits", || (seq(&server)? > at + 300).then_some(()));
+    let after = server.log().matches("committed offsets").count();
+    assert!(after <= lines + 1, "{} debug lines after the level went to ERROR", after - lines);
+}

@@ -30,6 +30,8 @@ const CONNECTOR_ENDPOINTS: &[(&str, &str, Option<&str>)] = &[
     ("GET", "/tasks", None),
     ("GET", "/tasks/0/status", None),
     ("POST", "/tasks/0/restart", None),
+    ("GET", "/topics", None),
+    ("PUT", "/topics/reset", None),
     ("GET", "/offsets", None),
     ("PATCH", "/offsets", Some(r#"{"offsets": [{"partition": {"counter": 0}, "offset": null}]}"#)),
     ("DELETE", "/offsets", None),
@@ -47,6 +49,8 @@ const WORKER_ENDPOINTS: &[(&str, &str, Option<&str>)] = &[
     ("PUT", "/connector-plugins/counter/config/validate", Some(r#"{"topic": "t"}"#)),
     ("GET", "/sluice/rejected-plugins", None),
     ("GET", "/metrics", None),
+    ("GET", "/admin/loggers", None),
+    ("PUT", "/admin/loggers/sluice", Some(r#"{"level": "INFO"}"#)),
 ];
 
 /// The roots of acme and globex under `dir`, made and canonical.
@@ -170,6 +174,13 @@ fn tenants_see_and_touch_only_their_own_connectors() {
     let metrics = server.call("GET", "/metrics", Some(OPERATOR), None);
     assert_eq!(metrics.status, 200);
     assert!(metrics.body.contains(r#"tenant="globex",connector="g-only""#), "{}", metrics.body);
+    // Log levels are the worker's: the operator's alone.
+    for (method, path, body) in
+        [("GET", "/admin/loggers", None), ("PUT", "/admin/loggers/sluice", Some(r#"{"level": "INFO"}"#))]
+    {
+        server.call(method, path, Some(ACME), body).assert_error(403);
+        assert_eq!(server.call(method, path, Some(OPERATOR), body).status, 200);
+    }
 
     // The operator sees every tenant, by qualified names or with X-Sluice-Tenant.
     let all = server.call("GET", "/connectors", Some(OPERATOR), None).json();
