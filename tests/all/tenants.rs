@@ -99,11 +99,18 @@ async fn tenant_quotas_hold() {
     // Two unthrottled tasks share the tenant's 100 records/s.
     let ns = Namespace::new("q", "c");
     wait_until("records to flow", || host.herder.status_in(&ns).filter(|s| s.tasks.len() == 2)).await;
+    // On a loaded machine the tasks can take a while to deliver their first batch: the
+    // window is measured once they have.
+    let local = host.herder.services().stores.local().clone();
+    wait_until("a first record", || {
+        local.topics("q").ok()?.iter().any(|(topic, n)| topic == "t" && *n > 0).then_some(())
+    })
+    .await;
     let started = std::time::Instant::now();
     let before = host.herder.delivered_in(&ns).await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let delivered = host.herder.delivered_in(&ns).await - before;
     let allowed = 100.0 * started.elapsed().as_secs_f64() + 100.0 /* burst */ + 200.0 /* two batches in flight */;
     assert!((delivered as f64) <= allowed, "{delivered} records in {:?} exceed the quota of 100/s", started.elapsed());
-    assert!(delivered > 0, "the tenant's connector must still run");
+    assert!(delivered > 0, "the tenant's connector stopped delivering");
 }
