@@ -113,6 +113,7 @@ fn a_tenant_signs_in_and_runs_a_counter_from_create_to_delete() {
         );
         (states == json!(["RUNNING", "RUNNING"])).then_some(())
     });
+    browser.wait_text("#topics", "the topic it writes to (KIP-558)", |t| t == "clicks");
     browser.click("#nav-connectors");
     let rate = wait_until("records/s above zero", || {
         let rate: f64 = row_cell(&browser, "clicks", ".rate")?.replace(',', "").parse().ok()?;

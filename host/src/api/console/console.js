@@ -404,6 +404,7 @@ function connectorView(name) {
   const resetButton = el('button', { type: 'button', class: 'danger', id: 'reset-offsets', text: 'Reset offsets' });
   const offsetHint = el('span', { class: 'muted' });
   const configBody = el('tbody');
+  const topicsCell = el('dd', { id: 'topics', class: 'name' });
   let current = null; // the last status
   let offsets = [];
   let editing = false;
@@ -548,6 +549,17 @@ function connectorView(name) {
     if (!matching.length) offsetBody.append(el('tr', {}, el('td', { colspan: 4, class: 'muted', text: offsets.length ? 'No partition matches.' : 'No committed offsets.' })));
   }
 
+  // KIP-558: the topics it has written to (403 when the worker does not track them).
+  async function loadTopics() {
+    try {
+      const answer = await api('GET', connectorPath(name, '/topics'));
+      const topics = Object.values(answer || {}).flatMap((entry) => entry.topics || []);
+      topicsCell.textContent = topics.length ? topics.join(', ') : 'none written yet';
+    } catch (e) {
+      topicsCell.textContent = e.status === 403 ? 'not tracked by this worker' : '';
+    }
+  }
+
   async function loadOffsets() {
     const answer = await api('GET', connectorPath(name, '/offsets'));
     offsets = (answer && answer.offsets) || [];
@@ -564,6 +576,8 @@ function connectorView(name) {
       el('dd', { id: 'plugin', text: info.config['connector.class'] || '' }),
       el('dt', { text: 'Tasks' }),
       el('dd', { text: (info.tasks || []).length }),
+      el('dt', { text: 'Topics' }),
+      topicsCell,
     );
     clear(configBody);
     for (const key of Object.keys(info.config).sort()) {
@@ -620,7 +634,7 @@ function connectorView(name) {
       connectorTrace.textContent = status.connector.trace || '';
       renderTasks(status);
       renderConfig(info);
-      await loadOffsets();
+      await Promise.all([loadOffsets(), loadTopics()]);
     },
   };
   return view;
