@@ -526,3 +526,29 @@ async fn a_task_held_by_a_log_renamed_away_takes_new_files_after_the_stall_timeo
         "app.log's lines in order from its first, none skipped before the release: {app_lines:?}"
     );
 }
+
+/// `mv inbox inbox.old && mkdir inbox` while a file of the old inbox is part way read: that
+/// file is read to its end before the restart that grants the new inbox, whose files then
+/// arrive too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_folder_renamed_away_while_a_file_is_read_finishes_it_before_following_the_new_one() {
+    let host = slow_host().await;
+    let dirs = Dirs::new();
+    let config = dirs.config(&[("tenant", "slow"), ("tasks.max", "1"), ("poll.max.records", "50")]);
+    host.start(pulse("pulse", &config)).await;
+    let old: Vec<String> = (0..1500).map(|i| format!("old {i}")).collect();
+    drop_file(dirs.inbox.path(), "big.txt", format!("{}\n", old.join("\n")).as_bytes());
+    wait_until("big.txt being read", || (slow_values(&host).len() >= 100).then_some(())).await;
+    let renamed = dirs.inbox.path().with_extension("old");
+    std::fs::rename(dirs.inbox.path(), &renamed).unwrap();
+    std::fs::create_dir(dirs.inbox.path()).unwrap();
+    drop_file(dirs.inbox.path(), "new.txt", b"new a\nnew b\n");
+    wait_until("new.txt read", || slow_values(&host).contains(&"new b".to_string()).then_some(())).await;
+    let mut values = slow_values(&host);
+    values.sort();
+    let mut expected: Vec<String> = old.into_iter().chain(["new a".to_string(), "new b".to_string()]).collect();
+    expected.sort();
+    assert_eq!(values.len(), expected.len(), "{} lines sent of {}", values.len(), expected.len());
+    assert_eq!(values, expected, "lines lost or sent twice");
+    std::fs::remove_dir_all(renamed).unwrap();
+}

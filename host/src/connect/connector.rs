@@ -69,8 +69,12 @@ async fn stop_all(tasks: Vec<TaskHandle>, deadline: Instant) {
 /// connector instance was made. An instance holds each open, so one removed and made again
 /// under its name (`rm -rf in && mkdir in`) is not the one it lists or moves files into:
 /// the connector and its tasks are restarted to grant the new one (checked again at
-/// instantiation, as every grant is).
+/// instantiation, as every grant is), once no task is part way through what it reads.
 struct GrantedDirs(Vec<(PathBuf, Option<(u64, u64)>)>);
+
+/// How long the restart for a replaced grant waits for busy tasks (a log renamed away with
+/// its directory and still written keeps its task busy for as long as it is written).
+const REPLACED_GRANT_MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl GrantedDirs {
     fn now(sandbox: &SandboxSettings) -> GrantedDirs {
@@ -227,6 +231,8 @@ impl ConnectorRun {
         // began (never sooner: file-pulse lists when its interval has passed), on the
         // worker's shared grid of wake-ups.
         let mut next_tick = Instant::now();
+        // When a granted directory was first seen replaced.
+        let mut replaced_since: Option<Instant> = None;
         loop {
             if started.elapsed() > self.settings.restart.max_backoff {
                 *attempt = 0;
@@ -258,17 +264,25 @@ impl ConnectorRun {
                 _ = tokio::time::sleep_until(next_tick.into()), if !is_paused => {
                     next_tick = wake_after(self.settings.monitor_interval);
                     if let Some(dir) = granted.replaced() {
-                        tracing::warn!(
-                            connector = %self.config.name,
-                            "'{}' was removed and made again since the connector started: restarting it and its tasks, so that they see the new directory",
-                            dir.display()
-                        );
-                        self.restart_tasks(Tasks::All).await;
-                        instance.stop_by(Instant::now() + self.settings.sandbox.timeouts.lifecycle);
-                        if let Err(e) = instance.connector_stop().await {
-                            tracing::warn!(connector = %self.config.name, "stop failed: {e}");
+                        // A task part way through a file of the old directory reads it to
+                        // its end first: a restart would reopen it by a path it no longer has.
+                        let since = *replaced_since.get_or_insert_with(|| {
+                            tracing::warn!(
+                                connector = %self.config.name,
+                                "'{}' was replaced (removed or renamed, and made again) since the connector started: it and its tasks restart to see the new one, once its tasks have read what they are reading",
+                                dir.display()
+                            );
+                            Instant::now()
+                        });
+                        if !self.metrics.any_task_busy() || since.elapsed() >= REPLACED_GRANT_MAX_WAIT {
+                            tracing::warn!(connector = %self.config.name, "restarting to grant the new '{}'", dir.display());
+                            self.restart_tasks(Tasks::All).await;
+                            instance.stop_by(Instant::now() + self.settings.sandbox.timeouts.lifecycle);
+                            if let Err(e) = instance.connector_stop().await {
+                                tracing::warn!(connector = %self.config.name, "stop failed: {e}");
+                            }
+                            return InstanceEnd::Restart;
                         }
-                        return InstanceEnd::Restart;
                     }
                     match unless_stopped(self.timed_tick(&mut instance), stop).await {
                         // Still ticking at the stop deadline: abandoned, not called again.

@@ -4,7 +4,7 @@
 //! line and `GET /metrics` read.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +24,9 @@ pub struct TaskCounters {
     pub failures: AtomicU64,
     /// Instances started: the first, then each restart.
     pub starts: AtomicU64,
+    /// An instance runs and its last poll returned records (or it has not polled yet):
+    /// it may be part way through what it reads.
+    pub busy: AtomicBool,
 }
 
 impl TaskCounters {
@@ -77,6 +80,11 @@ impl ConnectorMetrics {
     /// The counters of task `id` (created on first use).
     pub fn task(&self, id: u32) -> Arc<TaskCounters> {
         self.tasks.lock().unwrap().entry(id).or_default().clone()
+    }
+
+    /// Whether any task may be part way through what it reads ([`TaskCounters::busy`]).
+    pub fn any_task_busy(&self) -> bool {
+        self.tasks.lock().unwrap().values().any(|task| task.busy.load(Ordering::Relaxed))
     }
 
     /// Every task's counters, by id.

@@ -77,7 +77,9 @@ pub async fn run_task(spec: TaskSpec, mut stop: StopSignal) {
     let mut attempt = 0u32;
     loop {
         TaskCounters::add(&counters.starts, 1);
-        match run_instance(&spec, &mut stop, attempt > 0).await {
+        let outcome = run_instance(&spec, &mut stop, attempt > 0).await;
+        counters.busy.store(false, Ordering::Relaxed);
+        match outcome {
             Outcome::Stopped => return,
             Outcome::Finished { instance } => {
                 board.set_task(&spec.namespace, spec.task, State::Finished, None, instance);
@@ -143,6 +145,8 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     }
     let state = if *spec.paused.borrow() { State::Paused } else { State::Running };
     board.set_task(&spec.namespace, spec.task, state, None, id);
+    let counters = spec.metrics.task(spec.task);
+    counters.busy.store(true, Ordering::Relaxed);
     let recycle_at = recycle_threshold(&spec.settings.sandbox, instance.largest_memory(), connector, spec.task);
 
     let mut idle = Duration::ZERO;
@@ -156,7 +160,6 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     let mut paused = spec.paused.clone();
     let mut wake = spec.wake.clone();
     wake.mark_unchanged();
-    let counters = spec.metrics.task(spec.task);
     // The batches being delivered while the next one is polled, oldest first: run in order
     // on the task's lane, so a partition's offsets still commit in order; all settled
     // before anything else happens (commit, pause, flush, recycle, stop).
@@ -250,6 +253,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                         return outcome;
                     }
                 }
+                counters.busy.store(false, Ordering::Relaxed);
                 // `poll.idle.max.ms` (1 s by default, as Kafka Connect's file source waits): the
                 // pause ends at once on a stop, a pause or a reconfiguration request of the
                 // connector, so only a source that really has nothing waits this long.
@@ -267,6 +271,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             Some(batch) => {
                 idle = Duration::ZERO;
                 idling = None;
+                counters.busy.store(true, Ordering::Relaxed);
                 let (counted, outgoing) = match batch {
                     Batch::Checked(Checked { records, offsets, refused }) => {
                         if refused > 0 {

@@ -9,12 +9,16 @@ use std::sync::{Arc, Mutex};
 use crate::config::TopicTracking;
 use crate::storage::{ActiveTopic, Namespace, StatusStore};
 
+/// One connector's topics known to be stored: `None` until read from the store.
+type Known = Arc<Mutex<Option<HashSet<Arc<str>>>>>;
+
 pub struct ActiveTopics {
     settings: TopicTracking,
     store: Arc<dyn StatusStore>,
-    /// The topics known to be stored, by connector; a connector is read from the store
-    /// the first time one of its batches is delivered.
-    known: Mutex<HashMap<Namespace, HashSet<Arc<str>>>>,
+    /// By connector, the topics known to be stored (`None` until read from the store, the
+    /// first time one of its batches is delivered). Each connector has a lock of its own,
+    /// held while its store is written, so a slow store holds up only that connector.
+    known: Mutex<HashMap<Namespace, Known>>,
 }
 
 impl ActiveTopics {
@@ -26,6 +30,11 @@ impl ActiveTopics {
         self.settings
     }
 
+    fn entry(&self, ns: &Namespace) -> Known {
+        let mut known = self.known.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        known.entry(ns.clone()).or_default().clone()
+    }
+
     /// Notes that `task` of the connector delivered records to `topics`. A store that
     /// cannot be written is logged, not fatal: the records are delivered, and the topic is
     /// tried again with the next batch.
@@ -33,19 +42,15 @@ impl ActiveTopics {
         if !self.settings.enable || topics.is_empty() {
             return;
         }
-        let mut known = self.known.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let known = match known.get_mut(ns) {
-            Some(known) => known,
-            None => {
-                let stored = match self.store.active_topics(ns) {
-                    Ok(stored) => stored.into_iter().map(|topic| Arc::from(topic.name)).collect(),
-                    Err(e) => {
-                        return tracing::warn!(connector = %ns.connector, "cannot read its active topics: {e:#}");
-                    }
-                };
-                known.entry(ns.clone()).or_insert(stored)
+        let entry = self.entry(ns);
+        let mut known = entry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if known.is_none() {
+            match self.store.active_topics(ns) {
+                Ok(stored) => *known = Some(stored.into_iter().map(|topic| Arc::from(topic.name)).collect()),
+                Err(e) => return tracing::warn!(connector = %ns.connector, "cannot read its active topics: {e:#}"),
             }
-        };
+        }
+        let known = known.as_mut().expect("read just above");
         for &topic in topics {
             if known.contains(topic) {
                 continue;
@@ -70,11 +75,13 @@ impl ActiveTopics {
     }
 
     /// Forgets the connector's active topics (a reset, or the connector deleted). Under the
-    /// lock, so a batch delivered meanwhile is either forgotten too or recorded afresh.
+    /// connector's lock, so a batch delivered meanwhile is either forgotten too or recorded
+    /// afresh.
     pub fn reset(&self, ns: &Namespace) -> anyhow::Result<()> {
-        let mut known = self.known.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let entry = self.entry(ns);
+        let mut known = entry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         self.store.reset_active_topics(ns)?;
-        known.remove(ns);
+        *known = Some(HashSet::new());
         Ok(())
     }
 }
