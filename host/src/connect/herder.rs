@@ -458,10 +458,9 @@ impl Herder {
         let mut status = self.services.board.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let Some(run) = &entry.run else {
             if entry.target == TargetState::Stopped {
-                return Err(HerderError::Refused(format!(
-                    "Connector {} is STOPPED: resume it (PUT /connectors/{}/resume) to start it",
-                    ns.connector, ns.connector
-                )));
+                // As Connect does: restarted in its target state, which runs nothing.
+                // Resuming is what starts it.
+                return Ok((include_tasks || only_failed).then_some(status));
             }
             // It is meant to run but never started (its plugin was gone when the worker
             // started, a grant or its destination was refused): start it afresh.

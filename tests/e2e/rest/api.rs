@@ -191,6 +191,12 @@ fn offsets_change_while_stopped_and_resume_continues_from_them() {
     let stopped = server.get("/connectors/o/status").json();
     assert_eq!(stopped["connector"]["state"], "STOPPED");
     assert_eq!(stopped["tasks"], json!([]));
+    // A restart leaves it STOPPED, as Connect does (resuming starts it).
+    assert_eq!(server.call("POST", "/connectors/o/restart", None, None).status, 204);
+    let restarted = server.call("POST", "/connectors/o/restart?includeTasks=true", None, None);
+    assert_eq!(restarted.status, 202, "{restarted:?}");
+    assert_eq!(restarted.json()["connector"]["state"], "STOPPED");
+    assert_eq!(server.get("/connectors/o/status").json()["connector"]["state"], "STOPPED");
     let offsets = server.get("/connectors/o/offsets").json();
     let seq = offsets["offsets"][0]["offset"]["seq"].as_u64().unwrap();
     assert_eq!(offsets["offsets"][0]["partition"], json!({"counter": 0}));
