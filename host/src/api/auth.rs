@@ -32,8 +32,9 @@ pub enum Caller {
     },
 }
 
-/// Paths anyone may read: the API's own description.
-const PUBLIC_PATHS: &[&str] = &["/openapi.json"];
+/// Paths anyone may read: the API's own description, and whether the worker is healthy
+/// (probes carry no token).
+const PUBLIC_PATHS: &[&str] = &["/openapi.json", "/health"];
 
 /// Decides the caller of every request (401 when a token is needed and missing or wrong).
 pub async fn authenticate(State(state): State<Arc<ApiState>>, mut request: Request, next: Next) -> Response {

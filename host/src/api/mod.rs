@@ -96,6 +96,7 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<Shared>)> {
         (Method::PUT, "/connector-plugins/{plugin}/config/validate", put(plugins::validate)),
         (Method::GET, "/sluice/rejected-plugins", get(plugins::rejected)),
         (Method::GET, "/metrics", get(metrics_text)),
+        (Method::GET, "/health", get(health)),
         (Method::GET, "/openapi.json", get(openapi_json)),
     ]
 }
@@ -189,6 +190,33 @@ async fn metrics_text(Extension(caller): Extension<Caller>, State(state): State<
     let text = metrics::render(&state.herder, tenant).await;
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], text).into_response()
+}
+
+/// How long `GET /health` waits for the herder before it says the worker is unhealthy.
+const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `GET /health` (KIP-1017, Connect 4.0): 200 once the worker has started (it listens only
+/// then), 500 when the herder does not answer within [`HEALTH_TIMEOUT`] (a change to a
+/// connector stuck). Public, for probes that carry no token.
+async fn health(State(state): State<Shared>) -> Response {
+    match tokio::time::timeout(HEALTH_TIMEOUT, state.herder.responsive()).await {
+        Ok(()) => Json(json!({
+            "status": "healthy",
+            "message": "Worker has completed startup and is ready to handle requests."
+        }))
+        .into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({
+                "status": "unhealthy",
+                "message": format!(
+                    "Worker was unable to handle this request within {} s and may be unable to handle other requests.",
+                    HEALTH_TIMEOUT.as_secs()
+                )
+            })),
+        )
+            .into_response(),
+    }
 }
 
 async fn openapi_json() -> Json<Value> {

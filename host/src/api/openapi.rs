@@ -210,6 +210,14 @@ pub fn document() -> Value {
                 &[("200", "Reset", message.clone()), ("400", "Not STOPPED", Some(schema_ref("Error")))],
             ),
         },
+        "/health": {
+            "get": operation(
+                "Whether the worker is ready (KIP-1017); public",
+                none.clone(),
+                None,
+                &[("200", "Healthy", Some(schema_ref("Health"))), ("500", "The herder did not answer in time", Some(schema_ref("Health")))],
+            ),
+        },
         "/admin/loggers": {
             "get": operation(
                 "The worker's log levels: root and every logger named (KIP-495)",
@@ -344,6 +352,8 @@ pub fn document() -> Value {
             "type": { "type": "string" } } },
         "TaskStatus": task_status,
         "Offsets": partition_offsets,
+        "Health": { "type": "object", "required": ["status", "message"], "properties": {
+            "status": { "type": "string", "enum": ["healthy", "unhealthy"] }, "message": { "type": "string" } } },
         "LoggerLevel": { "type": "object", "required": ["level"], "properties": {
             "level": { "type": "string" }, "last_modified": { "type": "integer", "nullable": true } } },
         "PluginInfo": { "type": "object", "required": ["class", "type", "version"], "properties": {

@@ -126,6 +126,11 @@ impl Herder {
         Herder { services: Arc::new(services), connectors: Mutex::new(BTreeMap::new()) }
     }
 
+    /// Returns once the herder could take a request: no change to a connector holds it.
+    pub async fn responsive(&self) {
+        drop(self.connectors.lock().await);
+    }
+
     pub fn services(&self) -> &Arc<Services> {
         &self.services
     }

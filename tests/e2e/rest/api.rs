@@ -24,6 +24,12 @@ fn the_connector_lifecycle_answers_as_kafka_connect_does() {
     let cluster_id = root["kafka_cluster_id"].as_str().unwrap().to_string();
     assert_eq!(cluster_id.len(), 22, "a Kafka-style cluster id: {cluster_id}");
     assert_eq!(server.get("/connectors").json(), json!([]));
+    let health = server.get("/health");
+    assert_eq!(health.status, 200);
+    assert_eq!(
+        health.json(),
+        json!({"status": "healthy", "message": "Worker has completed startup and is ready to handle requests."})
+    );
 
     // Create: 201 with name, config (name included), tasks and type, and a Location.
     let created = server.call("POST", "/connectors", None, Some(&counter("a", json!({ "records.per.second": "200" }))));

@@ -137,6 +137,8 @@ fn tenants_see_and_touch_only_their_own_connectors() {
         basic.assert_error(401);
     }
     assert_eq!(server.get("/openapi.json").status, 200);
+    // KIP-1017's probe needs no token.
+    assert_eq!(server.get("/health").json()["status"], "healthy");
     assert_eq!(server.call("GET", "/connectors/files/status", Some(GLOBEX), None).status, 200, "still there");
 
     // Quotas and roots, with the key named in the 400.
