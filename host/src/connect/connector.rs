@@ -254,10 +254,7 @@ impl ConnectorRun {
                 Some(Control::Restart { connector, tasks }) = control.recv() => {
                     self.restart_tasks(tasks).await;
                     if connector {
-                        instance.stop_by(Instant::now() + self.settings.sandbox.timeouts.lifecycle);
-                        if let Err(e) = instance.connector_stop().await {
-                            tracing::warn!(connector = %self.config.name, "stop failed: {e}");
-                        }
+                        self.stop_instance(&mut instance).await;
                         return InstanceEnd::Restart;
                     }
                 }
@@ -277,10 +274,7 @@ impl ConnectorRun {
                         if !self.metrics.any_task_busy() || since.elapsed() >= REPLACED_GRANT_MAX_WAIT {
                             tracing::warn!(connector = %self.config.name, "restarting to grant the new '{}'", dir.display());
                             self.restart_tasks(Tasks::All).await;
-                            instance.stop_by(Instant::now() + self.settings.sandbox.timeouts.lifecycle);
-                            if let Err(e) = instance.connector_stop().await {
-                                tracing::warn!(connector = %self.config.name, "stop failed: {e}");
-                            }
+                            self.stop_instance(&mut instance).await;
                             return InstanceEnd::Restart;
                         }
                     }
@@ -304,14 +298,19 @@ impl ConnectorRun {
                 _ = self.finished.notified() => {
                     if self.all_tasks_finished() {
                         tracing::info!(connector = %self.config.name, "every task is done: the connector is FINISHED");
-                        instance.stop_by(Instant::now() + self.settings.sandbox.timeouts.lifecycle);
-                        if let Err(e) = instance.connector_stop().await {
-                            tracing::warn!(connector = %self.config.name, "stop failed: {e}");
-                        }
+                        self.stop_instance(&mut instance).await;
                         return InstanceEnd::Finished;
                     }
                 }
             }
+        }
+    }
+
+    /// Stops the connector instance within the lifecycle timeout, whatever its plugin does.
+    async fn stop_instance(&self, instance: &mut PluginInstance) {
+        instance.stop_by(Instant::now() + self.settings.sandbox.timeouts.lifecycle);
+        if let Err(e) = instance.connector_stop().await {
+            tracing::warn!(connector = %self.config.name, "stop failed: {e}");
         }
     }
 
