@@ -159,18 +159,30 @@ hostile_test!(
     Expect::TaskFailed(&["topic is 250 characters long, more than 249"])
 );
 
+/// KIP-1004: more task configs than `tasks.max` fail the connector, naming both counts;
+/// with `tasks.max.enforce=false` the first `tasks.max` run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_task_configs_than_tasks_max() {
     let host = TestHost::new(&["hostile", "counter"]).await;
     start_neighbour(&host).await;
-    host.start(connector(
-        "attacker",
-        "hostile",
-        &[("topic", "hostile"), ("hostile.attack", "too-many-tasks"), ("tasks.max", "2")],
-    ))
-    .await;
-    let status = wait_until("two tasks RUNNING", || {
+    let attack = [("topic", "hostile"), ("hostile.attack", "too-many-tasks"), ("tasks.max", "2")];
+    host.start(connector("attacker", "hostile", &attack)).await;
+    let failed = wait_until("the attacker FAILED", || {
         let status = host.status("attacker")?;
+        (status.connector.state == State::Failed).then_some(status)
+    })
+    .await;
+    let trace = failed.connector.trace.clone().unwrap_or_default();
+    assert!(
+        trace.contains("has generated 205 tasks, which is greater than 2") && trace.contains("tasks.max.enforce"),
+        "{trace}"
+    );
+    assert!(failed.tasks.is_empty(), "no task started: {failed:?}");
+
+    let lenient = [attack.as_slice(), &[("tasks.max.enforce", "false")]].concat();
+    host.start(connector("lenient", "hostile", &lenient)).await;
+    let status = wait_until("two tasks RUNNING", || {
+        let status = host.status("lenient")?;
         (status.tasks.len() == 2 && status.tasks.iter().all(|t| t.state == State::Running)).then_some(status)
     })
     .await;

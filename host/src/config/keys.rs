@@ -58,6 +58,7 @@ pub const NAME: &str = "name";
 pub const CONNECTOR_CLASS: &str = "connector.class";
 pub const TENANT: &str = "tenant";
 pub const TASKS_MAX: &str = "tasks.max";
+pub const TASKS_MAX_ENFORCE: &str = "tasks.max.enforce";
 pub const DESTINATION: &str = "destination";
 pub const MONITOR_INTERVAL_MS: &str = "monitor.interval.ms";
 pub const OFFSET_FLUSH_INTERVAL_MS: &str = "offset.flush.interval.ms";
@@ -108,6 +109,12 @@ pub const HOST_KEYS: &[HostKey] = &[
         type_: KeyType::Int,
         default: KeyDefault::Value("1"),
         documentation: "most tasks the connector may ask for",
+    },
+    HostKey {
+        name: TASKS_MAX_ENFORCE,
+        type_: KeyType::Boolean,
+        default: KeyDefault::Value("true"),
+        documentation: "KIP-1004: a connector whose `task-configs` returns more than `tasks.max` configs fails, naming both; `false` runs the first `tasks.max` of them with a warning instead",
     },
     HostKey {
         name: DESTINATION,
@@ -424,6 +431,8 @@ impl Default for SandboxSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectorSettings {
     pub tasks_max: u32,
+    /// `tasks.max.enforce`: more task configs than `tasks.max` fail the connector.
+    pub tasks_max_enforce: bool,
     pub destination: DestinationKind,
     pub monitor_interval: Duration,
     pub poll_idle_max: Duration,
@@ -457,6 +466,11 @@ impl ConnectorSettings {
         let millis = |key: &'static str| positive(key).map(Duration::from_millis);
         let tasks_max = positive(TASKS_MAX)?;
         let tasks_max = u32::try_from(tasks_max).map_err(|_| (TASKS_MAX, format!("{tasks_max} is too large")))?;
+        let tasks_max_enforce = match text(TASKS_MAX_ENFORCE).trim().to_ascii_lowercase().as_str() {
+            "true" => true,
+            "false" => false,
+            other => return Err((TASKS_MAX_ENFORCE, format!("'{other}' is not true or false"))),
+        };
         let destination = match text(DESTINATION) {
             "local" => DestinationKind::Local,
             "stdout" => DestinationKind::Stdout,
@@ -560,6 +574,7 @@ impl ConnectorSettings {
         }
         Ok(ConnectorSettings {
             tasks_max,
+            tasks_max_enforce,
             destination,
             monitor_interval: millis(MONITOR_INTERVAL_MS)?,
             poll_idle_max: millis(POLL_IDLE_MAX_MS)?,

@@ -377,7 +377,15 @@ impl ConnectorRun {
             Ok(Ok(configs)) => configs,
         };
         if configs.len() > max as usize {
-            tracing::warn!(connector = %name, "task-configs returned {} configs but tasks.max is {max}; using the first {max}", configs.len());
+            // KIP-1004: the configs past tasks.max hold work (partitions, files) that no
+            // task would do.
+            if self.settings.tasks_max_enforce {
+                return Some(format!(
+                    "The connector {name} has generated {} tasks, which is greater than {max}, the maximum number of tasks it is configured to create (tasks.max). This behaviour should be considered a bug and is disallowed. If necessary, it can be permitted by reconfiguring the connector with 'tasks.max.enforce' set to false",
+                    configs.len()
+                ));
+            }
+            tracing::warn!(connector = %name, "task-configs returned {} configs but tasks.max is {max}; using the first {max} (tasks.max.enforce=false)", configs.len());
             configs.truncate(max as usize);
         }
         let running: Vec<&Pairs> = self.tasks.iter().map(|task| &*task.config).collect();
