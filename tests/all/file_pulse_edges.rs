@@ -388,14 +388,20 @@ fn slow_values(host: &TestHost) -> Vec<String> {
 /// file of the same name, or removed as another file arrives. The new file used to go
 /// to that task at once, whose restart reopened `big.txt` by its path and lost the
 /// lines it had not read yet; now the task reads it to its end first.
-async fn changed_while_read(replace: bool) {
+/// The slow host's one task part way through `big.txt`, of `lines` lines `old <i>`.
+async fn big_file_being_read(lines: usize) -> (TestHost, Dirs, Vec<String>) {
     let host = slow_host().await;
     let dirs = Dirs::new();
     let config = dirs.config(&[("tenant", "slow"), ("tasks.max", "1"), ("poll.max.records", "50")]);
     host.start(pulse("pulse", &config)).await;
-    let old: Vec<String> = (0..3000).map(|i| format!("old {i}")).collect();
+    let old: Vec<String> = (0..lines).map(|i| format!("old {i}")).collect();
     drop_file(dirs.inbox.path(), "big.txt", format!("{}\n", old.join("\n")).as_bytes());
     wait_until("big.txt being read", || (slow_values(&host).len() >= 100).then_some(())).await;
+    (host, dirs, old)
+}
+
+async fn changed_while_read(replace: bool) {
+    let (host, dirs, old) = big_file_being_read(3000).await;
     let new = if replace {
         drop_file(dirs.inbox.path(), "big.txt", b"new a\nnew b\n");
         ["new a", "new b"]
@@ -532,13 +538,7 @@ async fn a_task_held_by_a_log_renamed_away_takes_new_files_after_the_stall_timeo
 /// arrive too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listed_folder_renamed_away_while_a_file_is_read_finishes_it_before_following_the_new_one() {
-    let host = slow_host().await;
-    let dirs = Dirs::new();
-    let config = dirs.config(&[("tenant", "slow"), ("tasks.max", "1"), ("poll.max.records", "50")]);
-    host.start(pulse("pulse", &config)).await;
-    let old: Vec<String> = (0..1500).map(|i| format!("old {i}")).collect();
-    drop_file(dirs.inbox.path(), "big.txt", format!("{}\n", old.join("\n")).as_bytes());
-    wait_until("big.txt being read", || (slow_values(&host).len() >= 100).then_some(())).await;
+    let (host, dirs, old) = big_file_being_read(1500).await;
     let renamed = dirs.inbox.path().with_extension("old");
     std::fs::rename(dirs.inbox.path(), &renamed).unwrap();
     std::fs::create_dir(dirs.inbox.path()).unwrap();

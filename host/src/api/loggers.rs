@@ -211,7 +211,7 @@ pub async fn set(
         Some(other) => return Err(ApiError::bad_request(format!("Invalid log level '{other}'."))),
     };
     let scope = query_pairs(query.as_deref())?.into_iter().rev().find(|(key, _)| key == "scope").map(|(_, v)| v);
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let now = crate::storage::now_ms();
     let set = {
         let mut levels = loggers.levels.lock().unwrap_or_else(|p| p.into_inner());
         let mut changed = levels.clone();

@@ -464,13 +464,14 @@ impl ConnectorSettings {
             }
         };
         let millis = |key: &'static str| positive(key).map(Duration::from_millis);
+        let boolean = |key: &'static str| match text(key).trim().to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            other => Err((key, format!("'{other}' is not true or false"))),
+        };
         let tasks_max = positive(TASKS_MAX)?;
         let tasks_max = u32::try_from(tasks_max).map_err(|_| (TASKS_MAX, format!("{tasks_max} is too large")))?;
-        let tasks_max_enforce = match text(TASKS_MAX_ENFORCE).trim().to_ascii_lowercase().as_str() {
-            "true" => true,
-            "false" => false,
-            other => return Err((TASKS_MAX_ENFORCE, format!("'{other}' is not true or false"))),
-        };
+        let tasks_max_enforce = boolean(TASKS_MAX_ENFORCE)?;
         let destination = match text(DESTINATION) {
             "local" => DestinationKind::Local,
             "stdout" => DestinationKind::Stdout,
@@ -520,11 +521,7 @@ impl ConnectorSettings {
         {
             return Err((ERRORS_DEAD_LETTER_TOPIC, format!("'{topic}' is not a topic name: it has {c:?}")));
         }
-        let log = match text(ERRORS_LOG_ENABLE).trim().to_ascii_lowercase().as_str() {
-            "true" => true,
-            "false" => false,
-            other => return Err((ERRORS_LOG_ENABLE, format!("'{other}' is not true or false"))),
-        };
+        let log = boolean(ERRORS_LOG_ENABLE)?;
         let errors = ErrorHandling { tolerate_all, dead_letter_topic: dead_letter_topic.map(String::from), log };
         let broker_default_or_positive = |key: &'static str| -> Result<i32, KeyProblem> {
             let value = text(key);

@@ -150,9 +150,7 @@ impl Herder {
 
     /// The status of a connector this worker knows (UNASSIGNED until its loop reports).
     pub async fn connector_status(&self, ns: &Namespace) -> Result<ConnectorStatus, HerderError> {
-        if !self.connectors.lock().await.contains_key(ns) {
-            return Err(HerderError::NotFound(ns.connector.clone()));
-        }
+        self.must_exist(ns).await?;
         let board = &self.services.board;
         Ok(board.get(ns).unwrap_or_else(|| ConnectorStatus {
             name: ns.connector.clone(),
@@ -554,28 +552,30 @@ impl Herder {
         self.services.stores.configs().task_configs(ns).map_err(HerderError::Store)
     }
 
+    /// `NotFound` unless the connector exists.
+    async fn must_exist(&self, ns: &Namespace) -> Result<(), HerderError> {
+        match self.connectors.lock().await.contains_key(ns) {
+            true => Ok(()),
+            false => Err(HerderError::NotFound(ns.connector.clone())),
+        }
+    }
+
     /// A connector's committed offsets, as (partition, offset) JSON texts.
     pub async fn offsets(&self, ns: &Namespace) -> Result<Vec<(String, String)>, HerderError> {
-        if !self.connectors.lock().await.contains_key(ns) {
-            return Err(HerderError::NotFound(ns.connector.clone()));
-        }
+        self.must_exist(ns).await?;
         self.services.stores.offsets().all_offsets(ns).map_err(HerderError::Store)
     }
 
     /// The topics the connector has written to since they were last reset (KIP-558).
     pub async fn active_topics(&self, ns: &Namespace) -> Result<Vec<String>, HerderError> {
-        if !self.connectors.lock().await.contains_key(ns) {
-            return Err(HerderError::NotFound(ns.connector.clone()));
-        }
+        self.must_exist(ns).await?;
         self.services.topics.list(ns).map_err(HerderError::Store)
     }
 
     /// Forgets the topics the connector has written to (KIP-558's reset): the next batch
     /// to each is recorded afresh.
     pub async fn reset_active_topics(&self, ns: &Namespace) -> Result<(), HerderError> {
-        if !self.connectors.lock().await.contains_key(ns) {
-            return Err(HerderError::NotFound(ns.connector.clone()));
-        }
+        self.must_exist(ns).await?;
         self.services.topics.reset(ns).map_err(HerderError::Store)
     }
 
@@ -616,8 +616,9 @@ impl Herder {
         }
         self.services.stores.configs().delete_connector(ns).map_err(HerderError::Store)?;
         self.services.board.remove(ns);
-        // A connector made again under the name starts with no active topics (KIP-558).
-        self.services.topics.reset(ns).map_err(HerderError::Store)?;
+        // A connector made again under the name starts with no active topics (KIP-558):
+        // they were deleted with its config.
+        self.services.topics.forget(ns);
         Ok(())
     }
 

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -23,7 +23,7 @@ use crate::runtime::bindings::{ConnectorError, PollBatch};
 use crate::runtime::plugin_log::escape_controls;
 use crate::runtime::sandbox::{CallError, describe_connector_error, human_bytes};
 use crate::runtime::{Pairs, Plugin, PluginInstance};
-use crate::storage::{Namespace, RecordBatch, State};
+use crate::storage::{Namespace, RecordBatch, State, now_ms};
 
 /// Everything one task needs, fixed for its lifetime.
 pub struct TaskSpec {
@@ -105,10 +105,6 @@ pub async fn run_task(spec: TaskSpec, mut stop: StopSignal) {
             }
         }
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) -> Outcome {
@@ -619,7 +615,7 @@ fn delivery_work(
             // The records are dropped here rather than on the task's thread (a reference
             // count per key, value, offset and header).
             Ok(()) => {
-                active_topics.delivered(&namespace, task, &records.topics_written());
+                active_topics.delivered(&namespace, task, &records);
                 let (count, commits) = (records.len() as u64, !offsets.is_empty());
                 drop(records);
                 (Attempt::Delivered { count, commits, took: started.elapsed() }, true)

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use crate::config::TopicTracking;
-use crate::storage::{ActiveTopic, Namespace, StatusStore};
+use crate::storage::{ActiveTopic, Namespace, RecordBatch, StatusStore, now_ms};
 
 /// One connector's topics known to be stored: `None` until read from the store.
 type Known = Arc<Mutex<Option<HashSet<Arc<str>>>>>;
@@ -35,11 +35,15 @@ impl ActiveTopics {
         known.entry(ns.clone()).or_default().clone()
     }
 
-    /// Notes that `task` of the connector delivered records to `topics`. A store that
-    /// cannot be written is logged, not fatal: the records are delivered, and the topic is
-    /// tried again with the next batch.
-    pub fn delivered(&self, ns: &Namespace, task: u32, topics: &[&Arc<str>]) {
-        if !self.settings.enable || topics.is_empty() {
+    /// Notes that `task` of the connector delivered `records`. A store that cannot be
+    /// written is logged, not fatal: the records are delivered, and the topic is tried
+    /// again with the next batch.
+    pub fn delivered(&self, ns: &Namespace, task: u32, records: &RecordBatch) {
+        if !self.settings.enable {
+            return;
+        }
+        let topics = records.topics_written();
+        if topics.is_empty() {
             return;
         }
         let entry = self.entry(ns);
@@ -51,7 +55,7 @@ impl ActiveTopics {
             }
         }
         let known = known.as_mut().expect("read just above");
-        for &topic in topics {
+        for topic in topics {
             if known.contains(topic) {
                 continue;
             }
@@ -74,9 +78,8 @@ impl ActiveTopics {
         Ok(names)
     }
 
-    /// Forgets the connector's active topics (a reset, or the connector deleted). Under the
-    /// connector's lock, so a batch delivered meanwhile is either forgotten too or recorded
-    /// afresh.
+    /// Forgets the connector's active topics (KIP-558's reset). Under the connector's lock,
+    /// so a batch delivered meanwhile is either forgotten too or recorded afresh.
     pub fn reset(&self, ns: &Namespace) -> anyhow::Result<()> {
         let entry = self.entry(ns);
         let mut known = entry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -84,8 +87,10 @@ impl ActiveTopics {
         *known = Some(HashSet::new());
         Ok(())
     }
-}
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    /// Drops the view of a deleted connector, whose stored topics went with the rest of
+    /// what was stored of it (`ConfigStore::delete_connector`); its tasks are stopped.
+    pub fn forget(&self, ns: &Namespace) {
+        self.known.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(ns);
+    }
 }

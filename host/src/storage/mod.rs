@@ -24,6 +24,12 @@ pub use model::{
     ActiveTopic, ConnectorState, ConnectorStatus, Record, State, StoredRecord, TargetState, TaskStatus, Text,
 };
 
+/// Milliseconds since the epoch: the clock of records' timestamps and of what the stores
+/// date (active topics, log levels set through the API).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Everything a connector owns is scoped by tenant and connector name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Namespace {
