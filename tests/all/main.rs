@@ -20,5 +20,6 @@ mod record_path;
 mod record_path_random;
 mod registry;
 mod tenants;
+mod transforms;
 mod worker;
 mod world_versions;

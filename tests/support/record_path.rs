@@ -27,7 +27,7 @@ pub fn check(stores: &Stores, ns: &Namespace, batch: Vec<SourceRecord>, errors: 
 /// the path and checks every accepted record reads back equal.
 pub fn check_batch_of(stores: &Stores, ns: &Namespace, batch: PollBatch, errors: &ErrorHandling) {
     let source = Source { connector: &ns.connector, task: 0 };
-    let Ok(checked) = check_batch(batch, &sandbox(), errors, 7, &source) else { return };
+    let Ok(checked) = check_batch(batch, &sandbox(), errors, &Default::default(), 7, &source) else { return };
     for (partition, offset) in &checked.offsets {
         assert_eq!(canonical_object(partition).as_deref(), Ok(partition.as_str()), "a partition not canonical");
         assert_eq!(canonical_object(offset).as_deref(), Ok(offset.as_str()), "an offset not canonical");

@@ -9,6 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::keys::{CONNECTOR_CLASS, ConnectorSettings, NAME, TENANT};
+use super::transforms::Transforms;
 use super::worker::DEFAULT_TENANT;
 
 /// A config problem: `<source>: <key>: <reason>`.
@@ -157,7 +158,11 @@ impl ConnectorConfig {
 
     /// The host's own keys, checked.
     pub fn settings(&self) -> Result<ConnectorSettings, ConfigError> {
-        ConnectorSettings::parse(&|key| self.get(key)).map_err(|(key, reason)| self.error(key, reason))
+        let mut settings =
+            ConnectorSettings::parse(&|key| self.get(key)).map_err(|(key, reason)| self.error(key, reason))?;
+        settings.transforms =
+            Transforms::parse(&|key| self.get(key)).map_err(|(key, reason)| self.error(&key, reason))?;
+        Ok(settings)
     }
 
     /// The config as a plugin receives it.

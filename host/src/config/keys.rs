@@ -441,6 +441,9 @@ pub struct ConnectorSettings {
     pub sandbox: SandboxSettings,
     pub errors: ErrorHandling,
     pub kafka: KafkaSettings,
+    /// `transforms` and `predicates` (read by [`super::ConnectorConfig::settings`]: their
+    /// keys are named by alias).
+    pub transforms: super::Transforms,
 }
 
 /// `(key, reason)`: the caller knows where the config came from.
@@ -580,6 +583,7 @@ impl ConnectorSettings {
             sandbox,
             errors,
             kafka,
+            transforms: super::Transforms::default(),
         })
     }
 }

@@ -6,6 +6,7 @@
 mod connector;
 pub mod kafka;
 pub mod keys;
+pub mod transforms;
 mod worker;
 
 pub use connector::{ConfigError, ConnectorConfig};
@@ -14,6 +15,7 @@ pub use keys::{
     CONNECTOR_CLASS, CallTimeouts, ConfigKeyInfo, ConnectorSettings, DestinationKind, ErrorHandling, HOST_KEYS,
     KafkaSettings, RestartPolicy, SandboxSettings, TASKS_MAX, TransactionBoundary,
 };
+pub use transforms::Transforms;
 pub use worker::{
     DEFAULT_TENANT, MOST_INSTANCES, OperatorConfig, Quotas, StorageConfig, StorageKind, Tenant, TopicTracking,
     WorkerConfig, WorkerSandbox, hash_token,

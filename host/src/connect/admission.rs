@@ -10,7 +10,8 @@ use crate::config::keys::{
     CONNECTOR_CLASS, DESTINATION, EXACTLY_ONCE_SUPPORT, NAME, PRODUCER_OVERRIDE_PREFIX, SANDBOX_FS_READ,
     SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES, TASKS_MAX, TENANT,
 };
-use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DestinationKind, StorageKind};
+use crate::config::transforms::{PREDICATES, TRANSFORMS};
+use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DestinationKind, StorageKind, Transforms};
 use crate::runtime::plugin_log::escape_controls;
 use crate::runtime::{CallError, Plugin};
 use crate::storage::Namespace;
@@ -46,7 +47,7 @@ pub(super) async fn admit(
     if let Some(problem) = plugin_validate(services, config, &plugin, &settings).await?.into_iter().next() {
         return Err(problem);
     }
-    let warnings = unknown_keys(config, &plugin);
+    let warnings = unknown_keys(config, &plugin, &settings.transforms);
     Ok(Admitted { settings, plugin, warnings })
 }
 
@@ -62,9 +63,19 @@ pub(super) async fn problems(services: &Services, config: &ConnectorConfig, runn
         match probe.settings() {
             Ok(settings) => break settings,
             Err(problem) => {
-                let removed = problem.key.as_ref().and_then(|key| probe.values.remove(key));
-                problems.push(problem);
-                if removed.is_none() {
+                let key = problem.key.clone();
+                let removed = key.as_ref().and_then(|key| probe.values.remove(key));
+                let transform_key = key.as_deref().is_some_and(is_transform_key);
+                if !problems.iter().any(|p: &ConfigError| p.key == key) {
+                    problems.push(problem);
+                }
+                if transform_key {
+                    // A transform's key missing or bad once removed: the rest of the config
+                    // is still looked at, without the transforms.
+                    if removed.is_none() {
+                        probe.values.retain(|key, _| !is_transform_key(key));
+                    }
+                } else if removed.is_none() {
                     return problems;
                 }
             }
@@ -90,6 +101,11 @@ pub(super) async fn problems(services: &Services, config: &ConnectorConfig, runn
         Err(problem) => problems.push(problem),
     }
     problems
+}
+
+/// `transforms`, `predicates` and the keys of their aliases.
+fn is_transform_key(key: &str) -> bool {
+    [TRANSFORMS, PREDICATES].iter().any(|k| key == *k || key.strip_prefix(k).is_some_and(|rest| rest.starts_with('.')))
 }
 
 fn check_fuel(services: &Services, config: &ConnectorConfig, settings: &ConnectorSettings) -> Result<(), ConfigError> {
@@ -245,13 +261,15 @@ async fn plugin_validate(
 
 /// Keys neither the host nor the plugin's `config-def` names: accepted (a plugin may read
 /// keys it does not declare), but said, with the nearest known key.
-fn unknown_keys(config: &ConnectorConfig, plugin: &Plugin) -> Vec<String> {
+fn unknown_keys(config: &ConnectorConfig, plugin: &Plugin, transforms: &Transforms) -> Vec<String> {
     let known: Vec<&str> =
         HOST_KEYS.iter().map(|k| k.name).chain(plugin.config_def.iter().map(|k| k.name.as_str())).collect();
     config
         .values
         .keys()
-        .filter(|key| !known.contains(&key.as_str()) && !key.starts_with(PRODUCER_OVERRIDE_PREFIX))
+        .filter(|key| {
+            !known.contains(&key.as_str()) && !key.starts_with(PRODUCER_OVERRIDE_PREFIX) && !transforms.knows(key)
+        })
         .map(|key| {
             let hint = nearest(key, &known).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
             format!(

@@ -3,7 +3,7 @@
 //! ([`connector`], deciding with the pure [`reconfigure::plan`]), each task's poll,
 //! deliver and commit loop ([`task_runner`]) and the lane its batches are delivered on
 //! ([`lane`]), the checks on what a plugin returns
-//! ([`records`]), the status board ([`status`]), the topics each connector wrote to
+//! ([`records`]) and the transforms they apply ([`transforms`]), the status board ([`status`]), the topics each connector wrote to
 //! ([`topics`]), the tenants' rate budgets ([`limits`]) and each connector's in-memory
 //! counters ([`metrics`]).
 //!
@@ -21,6 +21,7 @@ mod services;
 pub mod status;
 mod task_runner;
 pub mod topics;
+mod transforms;
 
 pub use admission::Admitted;
 pub use herder::{Herder, HerderError};

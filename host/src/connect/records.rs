@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::config::{ErrorHandling, SandboxSettings};
+use super::transforms;
+use crate::config::{ErrorHandling, SandboxSettings, Transforms};
 use crate::runtime::bindings::{BatchHeader, BatchRecord, PollBatch, Span};
 use crate::runtime::sandbox::human_bytes;
 use crate::storage::json::{canonical_object, check_object, shorten};
@@ -177,6 +178,7 @@ pub fn check_batch(
     batch: PollBatch,
     sandbox: &SandboxSettings,
     errors: &ErrorHandling,
+    transforms: &Transforms,
     now_ms: i64,
     source: &Source,
 ) -> Result<Checked, String> {
@@ -229,7 +231,7 @@ pub fn check_batch(
                 human_bytes(sandbox.record_max_bytes)
             ))
         } else {
-            check_record(record, now_ms, &mut shared, &mut builder)
+            check_record(record, now_ms, transforms, &mut shared, &mut builder)
                 .map_err(|reason| format!("record {index} of the poll batch refused: {reason}"))
         };
         match checked {
@@ -351,6 +353,7 @@ fn dead_letter(
 fn check_record(
     record: &BatchRecord,
     now_ms: i64,
+    transforms: &Transforms,
     shared: &mut Shared,
     builder: &mut RecordBatchBuilder,
 ) -> Result<(), String> {
@@ -362,33 +365,40 @@ fn check_record(
     let Some(topic_index) = record.topic else {
         return Ok(());
     };
-    let topic = match shared.topics.get(topic_index as usize) {
-        Some((_, Ok(topic))) => {
-            *shared.built_topics[topic_index as usize].get_or_insert_with(|| builder.topic(topic.clone()))
-        }
+    let topic_text = match shared.topics.get(topic_index as usize) {
+        Some((_, Ok(topic))) => topic,
         Some((_, Err(reason))) => return Err(reason.clone()),
         None => return Err(format!("topic {topic_index} is not one of the batch's {} topics", shared.topics.len())),
     };
+    let mut topic = *shared.built_topics[topic_index as usize].get_or_insert_with(|| builder.topic(topic_text.clone()));
     let index = record.partition as usize;
     let canonical = &shared.partitions[index].1;
     let partition = *shared.built_partitions[index]
         .get_or_insert_with(|| builder.partition(canonical.clone().expect("the partition was checked above")));
     let headers = shared.header_run(record.headers)?.iter().map(|h| (part(h.key), part(h.value)));
-    builder.push(
-        topic,
-        partition,
-        offset,
-        record.key.map(part),
-        record.value.map(part),
-        headers,
-        record.timestamp.unwrap_or(now_ms),
-    )
+    let timestamp_ms = record.timestamp.unwrap_or(now_ms);
+    let (key, value) = (record.key.map(part), record.value.map(part));
+    if transforms.is_empty() {
+        return builder.push(topic, partition, offset, key, value, headers, timestamp_ms);
+    }
+    let (tombstone, topic_text) = (record.value.is_none(), topic_text.clone());
+    let headers = headers.collect();
+    let Some(transformed) = transforms::apply(transforms, &topic_text, headers, tombstone, timestamp_ms, builder)?
+    else {
+        // Dropped by a transform: its offset still advances, as an offset-only record's.
+        return Ok(());
+    };
+    if let Some(routed) = transformed.topic {
+        check_topic(&routed).map_err(|reason| format!("a transform routed it to a topic Kafka refuses: {reason}"))?;
+        topic = builder.topic(Arc::from(routed));
+    }
+    builder.push(topic, partition, offset, key, value, transformed.headers, timestamp_ms)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::bindings::SourceRecord;
+    use crate::runtime::bindings::{Header, SourceRecord};
 
     #[test]
     fn topics_follow_kafka_rules() {
@@ -408,7 +418,15 @@ mod tests {
             only_offset,
         ]);
         let source = Source { connector: "c", task: 0 };
-        let checked = check_batch(batch, &SandboxSettings::default(), &ErrorHandling::default(), 0, &source).unwrap();
+        let checked = check_batch(
+            batch,
+            &SandboxSettings::default(),
+            &ErrorHandling::default(),
+            &Transforms::default(),
+            0,
+            &source,
+        )
+        .unwrap();
         let owned = |(p, o): (&str, &str)| (p.to_string(), o.to_string());
         // In order of first appearance, canonical (no space), the offset-only record's last.
         assert_eq!(checked.offsets, [owned((r#"{"p":"a"}"#, r#"{"n":3}"#)), owned((r#"{"p":"b"}"#, r#"{"n":1}"#))]);
@@ -458,6 +476,7 @@ mod tests {
             batch,
             &SandboxSettings::default(),
             &ErrorHandling::default(),
+            &Transforms::default(),
             0,
             &Source { connector: "c", task: 0 },
         )
@@ -472,7 +491,15 @@ mod tests {
     fn spans_outside_the_batch_or_text_that_is_not_utf8_refuse_the_record() {
         let source = Source { connector: "c", task: 0 };
         let refused = |batch: PollBatch| {
-            check_batch(batch, &SandboxSettings::default(), &ErrorHandling::default(), 0, &source).unwrap_err()
+            check_batch(
+                batch,
+                &SandboxSettings::default(),
+                &ErrorHandling::default(),
+                &Transforms::default(),
+                0,
+                &source,
+            )
+            .unwrap_err()
         };
         let data = br#"{"n":1}hello"#;
         let error = refused(packed(data, (0, 7), Some((7, 6)), vec![]));
@@ -495,7 +522,8 @@ mod tests {
         let record = BatchRecord { offset: Span { start: 0, len: 7 }, ..batch.records[0] };
         batch.records = vec![record; 200];
         let sandbox = SandboxSettings { batch_max_bytes: 100_000, ..SandboxSettings::default() };
-        let error = check_batch(batch, &sandbox, &ErrorHandling::default(), 0, &source).unwrap_err();
+        let error =
+            check_batch(batch, &sandbox, &ErrorHandling::default(), &Transforms::default(), 0, &source).unwrap_err();
         assert!(
             error.contains("poll batch of 200 records") && error.contains("exceeds sandbox.batch.max.bytes"),
             "{error}"
@@ -515,17 +543,18 @@ mod tests {
             ]
         };
         let batch = || PollBatch::from_records(sources());
-        let error = check_batch(batch(), &sandbox, &ErrorHandling::default(), 0, &source).unwrap_err();
+        let error =
+            check_batch(batch(), &sandbox, &ErrorHandling::default(), &Transforms::default(), 0, &source).unwrap_err();
         assert!(error.starts_with("connector 'c' task 2: record 1 of 1065 bytes exceeds"), "{error}");
 
         let errors = ErrorHandling { tolerate_all: true, dead_letter_topic: Some("dlq".into()), log: false };
-        let checked = check_batch(batch(), &sandbox, &errors, 0, &source).unwrap();
+        let checked = check_batch(batch(), &sandbox, &errors, &Transforms::default(), 0, &source).unwrap();
         assert_eq!(checked.refused, 2);
         assert_eq!(checked.offsets, [(r#"{"p":1}"#.to_string(), r#"{"n":4}"#.to_string())]);
         // The oversized record's offset is committed in order (when it is the batch's
         // last, its offset is the one committed); the bad partition's cannot be.
         let last_refused = PollBatch::from_records(sources().into_iter().take(2).collect());
-        let checked_last = check_batch(last_refused, &sandbox, &errors, 0, &source).unwrap();
+        let checked_last = check_batch(last_refused, &sandbox, &errors, &Transforms::default(), 0, &source).unwrap();
         assert_eq!(checked_last.offsets, [(r#"{"p":1}"#.to_string(), r#"{"n":2}"#.to_string())]);
         let delivered = checked.records.to_records();
         let copy = &delivered[1];
@@ -543,5 +572,86 @@ mod tests {
         assert_eq!(header("__connect.errors.task.id").as_deref(), Some("2"));
         assert_eq!(header("__connect.errors.source.partition").as_deref(), Some(r#"{"p":1}"#));
         assert_eq!(delivered.iter().map(|r| &*r.topic).collect::<Vec<_>>(), ["t", "dlq", "dlq", "t"]);
+    }
+
+    fn chain(pairs: &[(&str, &str)]) -> Transforms {
+        Transforms::parse(&|key| pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)).unwrap()
+    }
+
+    #[test]
+    fn transforms_route_stamp_and_drop_records_and_dropped_ones_still_commit() {
+        let transforms = chain(&[
+            ("transforms", "skip,route,stamp,clean"),
+            ("transforms.skip.type", "org.apache.kafka.connect.transforms.Filter"),
+            ("transforms.skip.predicate", "noisy"),
+            ("transforms.route.type", "org.apache.kafka.connect.transforms.RegexRouter"),
+            ("transforms.route.regex", "(.*)-raw"),
+            ("transforms.route.replacement", "$1"),
+            ("transforms.stamp.type", "org.apache.kafka.connect.transforms.InsertHeader"),
+            ("transforms.stamp.header", "via"),
+            ("transforms.stamp.value.literal", "sluice"),
+            ("transforms.stamp.predicate", "tombstone"),
+            ("transforms.stamp.negate", "true"),
+            ("transforms.clean.type", "org.apache.kafka.connect.transforms.DropHeaders"),
+            ("transforms.clean.headers", "secret"),
+            ("predicates", "noisy,tombstone"),
+            ("predicates.noisy.type", "org.apache.kafka.connect.transforms.predicates.HasHeaderKey"),
+            ("predicates.noisy.name", "debug"),
+            ("predicates.tombstone.type", "org.apache.kafka.connect.transforms.predicates.RecordIsTombstone"),
+        ]);
+        let record = |n: u32, topic: &str, value: Option<&[u8]>, headers: &[(&str, &[u8])]| SourceRecord {
+            partition: r#"{"p":1}"#.into(),
+            offset: format!(r#"{{"n":{n}}}"#),
+            topic: Some(topic.into()),
+            key: None,
+            value: value.map(<[u8]>::to_vec),
+            headers: headers.iter().map(|(k, v)| Header { key: k.to_string(), value: v.to_vec() }).collect(),
+            timestamp: Some(1),
+        };
+        let batch = PollBatch::from_records(vec![
+            record(1, "logs-raw", Some(b"a"), &[("secret", b"s"), ("keep", b"k")]),
+            record(2, "logs-raw", Some(b"b"), &[("debug", b"")]),
+            record(3, "other", None, &[]),
+        ]);
+        let source = Source { connector: "c", task: 0 };
+        let checked =
+            check_batch(batch, &SandboxSettings::default(), &ErrorHandling::default(), &transforms, 0, &source)
+                .unwrap();
+        let delivered = checked.records.to_records();
+        assert_eq!(delivered.len(), 2, "the record with a debug header is dropped");
+        assert_eq!((&*delivered[0].topic, delivered[0].offset.as_str()), ("logs", r#"{"n":1}"#));
+        let headers = |r: &Record| r.headers.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect::<Vec<_>>();
+        assert_eq!(
+            headers(&delivered[0]),
+            [("keep".to_string(), b"k".to_vec()), ("via".to_string(), b"sluice".to_vec())]
+        );
+        assert_eq!(&*delivered[1].topic, "other", "a topic the regex does not match whole keeps its name");
+        assert!(headers(&delivered[1]).is_empty(), "a tombstone gets no header (negated predicate)");
+        assert_eq!(checked.offsets, [(r#"{"p":1}"#.to_string(), r#"{"n":3}"#.to_string())]);
+        let written: Vec<&str> = checked.records.topics_written().into_iter().map(|t| &**t).collect();
+        assert_eq!(written, ["logs", "other"], "the topic before routing is not one written to");
+    }
+
+    #[test]
+    fn a_topic_a_transform_makes_is_checked_as_a_plugins_is() {
+        let transforms = chain(&[
+            ("transforms", "route"),
+            ("transforms.route.type", "TimestampRouter"),
+            ("transforms.route.topic.format", "${topic} at ${timestamp}"),
+        ]);
+        let batch = PollBatch::from_records(vec![source_record(r#"{"p":1}"#, r#"{"n":1}"#, 1)]);
+        let source = Source { connector: "c", task: 0 };
+        let error = check_batch(batch, &SandboxSettings::default(), &ErrorHandling::default(), &transforms, 0, &source)
+            .unwrap_err();
+        assert!(
+            error.contains("record 0 of the poll batch refused: a transform routed it to a topic Kafka refuses"),
+            "{error}"
+        );
+        let transforms = chain(&[("transforms", "route"), ("transforms.route.type", "TimestampRouter")]);
+        let batch = PollBatch::from_records(vec![source_record(r#"{"p":1}"#, r#"{"n":1}"#, 1)]);
+        let checked =
+            check_batch(batch, &SandboxSettings::default(), &ErrorHandling::default(), &transforms, 0, &source)
+                .unwrap();
+        assert_eq!(&*checked.records.to_records()[0].topic, "t-19700101");
     }
 }

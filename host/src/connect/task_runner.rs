@@ -455,7 +455,7 @@ fn check_records(
     connector: &str,
     task: u32,
 ) -> Result<Checked, String> {
-    check_batch(batch, &settings.sandbox, &settings.errors, now_ms(), &Source { connector, task })
+    check_batch(batch, &settings.sandbox, &settings.errors, &settings.transforms, now_ms(), &Source { connector, task })
 }
 
 /// What a delivery sends: records checked on the task's thread with the offsets they

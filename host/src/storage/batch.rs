@@ -248,7 +248,8 @@ impl RecordBatchBuilder {
         }
     }
 
-    fn append(&mut self, bytes: &[u8]) -> Part {
+    /// Appends bytes for a record to name (what a transform adds, a copy's parts).
+    pub fn append(&mut self, bytes: &[u8]) -> Part {
         let start = u32::try_from(self.data.len()).expect("a batch's buffer stays under 4 GiB");
         self.data.extend_from_slice(bytes);
         Part { start, len: bytes.len() as u32 }

@@ -1,0 +1,561 @@
+//! Kafka Connect's Single Message Transforms as a connector config names them
+//! (`transforms`, `transforms.<alias>.type`, `predicates`, …): which of Connect's
+//! transforms and predicates Sluice runs, their keys, checked. Sluice's records are bytes
+//! (key, value, headers, topic, timestamp), not Connect's schema'd `Struct`s, so it runs
+//! the transforms that need no schema: the routers, header inserts and drops, and `Filter`
+//! with predicates. A transform that needs a schema is refused by name, never ignored: a
+//! config that says to route or drop records and silently does not would be the worst kind
+//! of wrong. Applying the chain to records is the record checks' (`connect::records`).
+
+use std::sync::Arc;
+
+use regex::Regex;
+
+pub const TRANSFORMS: &str = "transforms";
+pub const PREDICATES: &str = "predicates";
+
+const PACKAGE: &str = "org.apache.kafka.connect.transforms.";
+const PREDICATE_PACKAGE: &str = "org.apache.kafka.connect.transforms.predicates.";
+
+/// The transforms Sluice runs, by Connect's simple class name (the full name
+/// `org.apache.kafka.connect.transforms.<name>` works too).
+const SUPPORTED: &str = "RegexRouter, TimestampRouter, InsertHeader, DropHeaders and Filter";
+/// Connect's transforms that read or build fields of a schema'd value.
+const NEEDS_SCHEMA: &[&str] = &[
+    "Cast",
+    "ExtractField",
+    "Flatten",
+    "HeaderFrom",
+    "HoistField",
+    "InsertField",
+    "MaskField",
+    "ReplaceField",
+    "SetSchemaMetadata",
+    "TimestampConverter",
+    "ValueToKey",
+];
+
+/// A connector's transforms, in the order `transforms` lists them; none by default.
+#[derive(Clone, Debug, Default)]
+pub struct Transforms {
+    steps: Arc<[Step]>,
+    /// The keys and values the chain was read from, to compare two chains.
+    source: Arc<[(String, String)]>,
+}
+
+impl PartialEq for Transforms {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for Transforms {}
+
+/// One entry of `transforms`.
+#[derive(Debug)]
+pub struct Step {
+    pub alias: String,
+    pub transform: Transform,
+    /// `transforms.<alias>.predicate`, and whether `negate` inverts it.
+    pub predicate: Option<(Predicate, bool)>,
+}
+
+#[derive(Debug)]
+pub enum Transform {
+    /// A topic that `regex` matches whole becomes `replacement` (groups as `${1}`).
+    RegexRouter { regex: Regex, replacement: String },
+    /// The topic becomes `topic_format` with `${topic}` and `${timestamp}` (the record's
+    /// timestamp in UTC as `format` writes it).
+    TimestampRouter { topic_format: String, format: Vec<DatePart> },
+    /// Adds a header (`header`, the UTF-8 bytes of `value`).
+    InsertHeader { header: String, value: String },
+    /// Removes every header of these keys.
+    DropHeaders { headers: Vec<String> },
+    /// Drops the record (its offset is still committed, as an offset-only record's).
+    Filter,
+}
+
+impl Transform {
+    pub fn class(&self) -> &'static str {
+        match self {
+            Transform::RegexRouter { .. } => "RegexRouter",
+            Transform::TimestampRouter { .. } => "TimestampRouter",
+            Transform::InsertHeader { .. } => "InsertHeader",
+            Transform::DropHeaders { .. } => "DropHeaders",
+            Transform::Filter => "Filter",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Predicate {
+    /// The topic matches the pattern whole.
+    TopicNameMatches(Regex),
+    /// The record has a header of this key.
+    HasHeaderKey(String),
+    /// The record has no value.
+    RecordIsTombstone,
+}
+
+/// A piece of Java's `SimpleDateFormat` pattern, as `TimestampRouter` takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatePart {
+    Text(String),
+    /// `yyyy` (`yy`: the last two digits).
+    Year {
+        two_digits: bool,
+    },
+    Month {
+        width: usize,
+    },
+    Day {
+        width: usize,
+    },
+    Hour {
+        width: usize,
+    },
+    Minute {
+        width: usize,
+    },
+    Second {
+        width: usize,
+    },
+    Millis {
+        width: usize,
+    },
+}
+
+/// `(key, reason)`: the key is a transform's, so it is built from its alias.
+pub type TransformProblem = (String, String);
+
+impl Transforms {
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Whether `key` is one this chain read (a key under `transforms.` or `predicates.`
+    /// that it did not is worth a warning: a typo there changes what happens to records).
+    pub fn knows(&self, key: &str) -> bool {
+        key == TRANSFORMS || key == PREDICATES || self.source.iter().any(|(k, _)| k == key)
+    }
+
+    /// Reads and checks `transforms` and `predicates` and the keys of each alias they list.
+    pub fn parse<'a>(get: &dyn Fn(&str) -> Option<&'a str>) -> Result<Transforms, TransformProblem> {
+        let mut source: Vec<(String, String)> = Vec::new();
+        let mut read = |key: String| -> Option<&'a str> {
+            let value = get(&key);
+            if let Some(value) = value {
+                source.push((key, value.to_string()));
+            }
+            value
+        };
+        let transform_aliases = aliases(TRANSFORMS, read(TRANSFORMS.into()))?;
+        let predicate_aliases = aliases(PREDICATES, read(PREDICATES.into()))?;
+        let mut predicates = Vec::new();
+        for alias in &predicate_aliases {
+            let key = |name: &str| format!("{PREDICATES}.{alias}.{name}");
+            let (class, simple) = class_name(&key("type"), read(key("type")), PREDICATE_PACKAGE)?;
+            let predicate = match simple {
+                "TopicNameMatches" => {
+                    let pattern = required(&key("pattern"), read(key("pattern")))?;
+                    Predicate::TopicNameMatches(whole_match(&key("pattern"), pattern)?)
+                }
+                "HasHeaderKey" => Predicate::HasHeaderKey(required(&key("name"), read(key("name")))?.to_string()),
+                "RecordIsTombstone" => Predicate::RecordIsTombstone,
+                _ => {
+                    return Err((
+                        key("type"),
+                        format!(
+                            "'{class}' is not a predicate Sluice has: it has TopicNameMatches, HasHeaderKey and RecordIsTombstone ({PREDICATE_PACKAGE}*)"
+                        ),
+                    ));
+                }
+            };
+            predicates.push(predicate);
+        }
+        let mut steps = Vec::new();
+        for alias in &transform_aliases {
+            let key = |name: &str| format!("{TRANSFORMS}.{alias}.{name}");
+            let (class, simple) = class_name(&key("type"), read(key("type")), PACKAGE)?;
+            let transform = match simple {
+                "RegexRouter" => {
+                    let regex = whole_match(&key("regex"), required(&key("regex"), read(key("regex")))?)?;
+                    let replacement = required(&key("replacement"), read(key("replacement")))?;
+                    let replacement = java_replacement(replacement, regex.captures_len() - 1)
+                        .map_err(|reason| (key("replacement"), reason))?;
+                    Transform::RegexRouter { regex, replacement }
+                }
+                "TimestampRouter" => {
+                    let topic_format = read(key("topic.format")).unwrap_or("${topic}-${timestamp}").to_string();
+                    let pattern = read(key("timestamp.format")).unwrap_or("yyyyMMdd");
+                    let format = date_format(pattern).map_err(|reason| (key("timestamp.format"), reason))?;
+                    Transform::TimestampRouter { topic_format, format }
+                }
+                "InsertHeader" => Transform::InsertHeader {
+                    header: required(&key("header"), read(key("header")))?.to_string(),
+                    value: required(&key("value.literal"), read(key("value.literal")))?.to_string(),
+                },
+                "DropHeaders" => {
+                    let headers = required(&key("headers"), read(key("headers")))?;
+                    Transform::DropHeaders {
+                        headers: headers
+                            .split(',')
+                            .map(str::trim)
+                            .filter(|h| !h.is_empty())
+                            .map(String::from)
+                            .collect(),
+                    }
+                }
+                "Filter" => Transform::Filter,
+                _ => return Err((key("type"), unsupported_transform(class, simple))),
+            };
+            let negate = match read(key("negate")).map(|v| v.trim().to_ascii_lowercase()) {
+                None => None,
+                Some(v) if v == "true" => Some(true),
+                Some(v) if v == "false" => Some(false),
+                Some(v) => return Err((key("negate"), format!("'{v}' is not true or false"))),
+            };
+            let predicate = match read(key("predicate")).map(str::trim) {
+                None | Some("") if negate.is_some() => {
+                    return Err((key("negate"), format!("set without {} to negate", key("predicate"))));
+                }
+                None | Some("") => None,
+                Some(name) => {
+                    let index = predicate_aliases.iter().position(|a| a == name).ok_or_else(|| {
+                        (key("predicate"), format!("'{name}' is not one of the aliases listed in `{PREDICATES}`"))
+                    })?;
+                    Some((predicates[index].clone(), negate.unwrap_or(false)))
+                }
+            };
+            steps.push(Step { alias: alias.clone(), transform, predicate });
+        }
+        source.sort();
+        Ok(Transforms { steps: steps.into(), source: source.into() })
+    }
+}
+
+fn aliases(key: &str, value: Option<&str>) -> Result<Vec<String>, TransformProblem> {
+    let mut aliases: Vec<String> = Vec::new();
+    for alias in value.unwrap_or_default().split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        if aliases.iter().any(|a| a == alias) {
+            return Err((key.into(), format!("alias '{alias}' is listed twice")));
+        }
+        aliases.push(alias.to_string());
+    }
+    Ok(aliases)
+}
+
+fn required<'a>(key: &str, value: Option<&'a str>) -> Result<&'a str, TransformProblem> {
+    value.filter(|v| !v.is_empty()).ok_or_else(|| (key.to_string(), "missing: required by this transform".into()))
+}
+
+/// The class `transforms.<alias>.type` names, and its simple name (Connect takes the full
+/// name with `package` or, as a plugin alias, the simple name).
+fn class_name<'a>(key: &str, value: Option<&'a str>, package: &str) -> Result<(&'a str, &'a str), TransformProblem> {
+    let example = if package == PACKAGE { "RegexRouter" } else { "TopicNameMatches" };
+    let value = value
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| (key.to_string(), format!("missing: name the class, e.g. {package}{example}")))?;
+    Ok((value, value.strip_prefix(package).unwrap_or(value)))
+}
+
+fn unsupported_transform(class: &str, simple: &str) -> String {
+    let base = simple.split('$').next().unwrap_or(simple);
+    if NEEDS_SCHEMA.contains(&base) {
+        format!(
+            "'{class}' reads or builds fields of a schema'd value, and Sluice's records are bytes: it runs {SUPPORTED}; shape the value in the connector instead"
+        )
+    } else {
+        format!("'{class}' is not a transform Sluice has: it runs {SUPPORTED} ({PACKAGE}*)")
+    }
+}
+
+/// `pattern` compiled to match a whole topic, as Java's `Matcher.matches()` does.
+fn whole_match(key: &str, pattern: &str) -> Result<Regex, TransformProblem> {
+    let invalid = |e: regex::Error| {
+        // The crate's message draws a caret under the pattern over several lines; its last says what is wrong.
+        let text = e.to_string();
+        let what = text.lines().last().unwrap_or_default().trim_start_matches("error: ").to_string();
+        (key.to_string(), format!("'{pattern}' is not a regular expression: {what}"))
+    };
+    Regex::new(pattern).map_err(invalid)?;
+    Regex::new(&format!("^(?:{pattern})$")).map_err(invalid)
+}
+
+/// Java's `Matcher.replaceFirst` replacement (`$1`, `${name}`, `\$` for a dollar) in the
+/// `regex` crate's syntax (`${1}`, `${name}`, `$$`). Java reads as many digits after `$`
+/// as still name a group.
+fn java_replacement(java: &str, groups: usize) -> Result<String, String> {
+    let mut out = String::new();
+    let mut chars = java.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('$') => out.push_str("$$"),
+                Some(other) => out.push(other),
+                None => return Err("ends with a lone '\\'".into()),
+            },
+            '$' => match chars.peek() {
+                Some('{') => {
+                    chars.next();
+                    let name: String = chars.by_ref().take_while(|c| *c != '}').collect();
+                    out.push_str(&format!("${{{name}}}"));
+                }
+                Some(d) if d.is_ascii_digit() => {
+                    let mut group = d.to_digit(10).unwrap_or(0) as usize;
+                    chars.next();
+                    if group > groups {
+                        return Err(format!("names group {group}, and the regex has {groups}"));
+                    }
+                    while let Some(next) = chars.peek().and_then(|d| d.to_digit(10)) {
+                        let longer = group * 10 + next as usize;
+                        if longer > groups {
+                            break;
+                        }
+                        group = longer;
+                        chars.next();
+                    }
+                    out.push_str(&format!("${{{group}}}"));
+                }
+                _ => return Err("has a '$' that names no group (write \\$ for a dollar sign)".into()),
+            },
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// A `SimpleDateFormat` pattern: the fields a topic name is made of (`yyyy`, `yy`, `MM`,
+/// `dd`, `HH`, `mm`, `ss`, `SSS`), text in single quotes, and other characters as they are.
+pub fn date_format(pattern: &str) -> Result<Vec<DatePart>, String> {
+    let mut parts = Vec::new();
+    let mut chars = pattern.chars().peekable();
+    let mut text = String::new();
+    while let Some(c) = chars.next() {
+        if c == '\'' {
+            if chars.peek() == Some(&'\'') {
+                chars.next();
+                text.push('\'');
+                continue;
+            }
+            loop {
+                match chars.next() {
+                    Some('\'') if chars.peek() == Some(&'\'') => {
+                        chars.next();
+                        text.push('\'');
+                    }
+                    Some('\'') => break,
+                    Some(other) => text.push(other),
+                    None => return Err(format!("'{pattern}' has an unclosed quote")),
+                }
+            }
+            continue;
+        }
+        if !c.is_ascii_alphabetic() {
+            text.push(c);
+            continue;
+        }
+        let mut width = 1;
+        while chars.peek() == Some(&c) {
+            chars.next();
+            width += 1;
+        }
+        if !text.is_empty() {
+            parts.push(DatePart::Text(std::mem::take(&mut text)));
+        }
+        parts.push(match c {
+            'y' => DatePart::Year { two_digits: width == 2 },
+            'M' if width <= 2 => DatePart::Month { width },
+            'd' => DatePart::Day { width },
+            'H' => DatePart::Hour { width },
+            'm' => DatePart::Minute { width },
+            's' => DatePart::Second { width },
+            'S' => DatePart::Millis { width },
+            _ => {
+                return Err(format!(
+                    "'{}' in '{pattern}' is not a field Sluice writes: it writes y, M (as a number), d, H, m, s and S; quote text with '",
+                    c.to_string().repeat(width)
+                ));
+            }
+        });
+    }
+    if !text.is_empty() {
+        parts.push(DatePart::Text(text));
+    }
+    Ok(parts)
+}
+
+/// `millis` since the Unix epoch, in UTC, as `format` writes it.
+pub fn format_date(format: &[DatePart], millis: i64) -> String {
+    let (days, in_day) = (millis.div_euclid(86_400_000), millis.rem_euclid(86_400_000));
+    let (year, month, day) = civil_from_days(days);
+    let mut out = String::new();
+    let number = |out: &mut String, value: i64, width: usize| out.push_str(&format!("{value:0width$}"));
+    for part in format {
+        match part {
+            DatePart::Text(text) => out.push_str(text),
+            DatePart::Year { two_digits: true } => number(&mut out, year.rem_euclid(100), 2),
+            DatePart::Year { two_digits: false } => number(&mut out, year, 4),
+            DatePart::Month { width } => number(&mut out, month, *width),
+            DatePart::Day { width } => number(&mut out, day, *width),
+            DatePart::Hour { width } => number(&mut out, in_day / 3_600_000, *width),
+            DatePart::Minute { width } => number(&mut out, in_day / 60_000 % 60, *width),
+            DatePart::Second { width } => number(&mut out, in_day / 1000 % 60, *width),
+            DatePart::Millis { width } => number(&mut out, in_day % 1000, *width),
+        }
+    }
+    out
+}
+
+/// Year, month and day of a day number since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<Transforms, TransformProblem> {
+        Transforms::parse(&|key| pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v))
+    }
+
+    #[test]
+    fn no_transforms_is_an_empty_chain() {
+        assert!(parse(&[]).unwrap().is_empty());
+        assert!(parse(&[("transforms", " , ")]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_chain_reads_connects_class_names_in_order() {
+        let chain = parse(&[
+            ("transforms", "route, stamp,drop"),
+            ("transforms.route.type", "org.apache.kafka.connect.transforms.RegexRouter"),
+            ("transforms.route.regex", "(.*)-raw"),
+            ("transforms.route.replacement", "$1-clean"),
+            ("transforms.stamp.type", "InsertHeader"),
+            ("transforms.stamp.header", "origin"),
+            ("transforms.stamp.value.literal", "sluice"),
+            ("transforms.drop.type", "org.apache.kafka.connect.transforms.Filter"),
+            ("transforms.drop.predicate", "tombstones"),
+            ("predicates", "tombstones"),
+            ("predicates.tombstones.type", "org.apache.kafka.connect.transforms.predicates.RecordIsTombstone"),
+        ])
+        .unwrap();
+        let classes: Vec<&str> = chain.steps().iter().map(|s| s.transform.class()).collect();
+        assert_eq!(classes, ["RegexRouter", "InsertHeader", "Filter"]);
+        let Transform::RegexRouter { regex, replacement } = &chain.steps()[0].transform else { panic!() };
+        assert_eq!(regex.replace("logs-raw", replacement.as_str()), "logs-clean");
+        assert!(!regex.is_match("logs-raw-2"), "the regex matches the whole topic");
+        assert!(matches!(chain.steps()[2].predicate, Some((Predicate::RecordIsTombstone, false))));
+        assert!(chain.knows("transforms.route.regex") && chain.knows("predicates.tombstones.type"));
+        assert!(!chain.knows("transforms.route.regx"));
+    }
+
+    #[test]
+    fn each_problem_names_its_key() {
+        let problem = |pairs: &[(&str, &str)]| parse(pairs).unwrap_err();
+        let (key, reason) = problem(&[("transforms", "r")]);
+        assert_eq!(key, "transforms.r.type");
+        assert!(reason.contains("RegexRouter"), "{reason}");
+        let (key, reason) = problem(&[("transforms", "r"), ("transforms.r.type", "RegexRouter")]);
+        assert_eq!((key.as_str(), reason.as_str()), ("transforms.r.regex", "missing: required by this transform"));
+        let (key, reason) = problem(&[
+            ("transforms", "r"),
+            ("transforms.r.type", "RegexRouter"),
+            ("transforms.r.regex", "(unclosed"),
+            ("transforms.r.replacement", "x"),
+        ]);
+        assert_eq!(key, "transforms.r.regex");
+        assert_eq!(reason, "'(unclosed' is not a regular expression: unclosed group");
+        let (key, reason) = problem(&[
+            ("transforms", "f"),
+            ("transforms.f.type", "org.apache.kafka.connect.transforms.InsertField$Value"),
+        ]);
+        assert_eq!(key, "transforms.f.type");
+        assert!(reason.contains("schema'd value"), "{reason}");
+        let (key, reason) = problem(&[("transforms", "f"), ("transforms.f.type", "com.example.MyTransform")]);
+        assert_eq!(key, "transforms.f.type");
+        assert!(reason.contains("is not a transform Sluice has"), "{reason}");
+        let (key, reason) =
+            problem(&[("transforms", "f"), ("transforms.f.type", "Filter"), ("transforms.f.predicate", "p")]);
+        assert_eq!(key, "transforms.f.predicate");
+        assert!(reason.contains("'p' is not one of the aliases listed in `predicates`"), "{reason}");
+        let (key, _) =
+            problem(&[("transforms", "f"), ("transforms.f.type", "Filter"), ("transforms.f.negate", "true")]);
+        assert_eq!(key, "transforms.f.negate");
+        let (key, reason) = problem(&[("transforms", "a,a")]);
+        assert_eq!((key.as_str(), reason.as_str()), ("transforms", "alias 'a' is listed twice"));
+        let (key, _) = problem(&[("predicates", "p"), ("predicates.p.type", "TopicNameMatches")]);
+        assert_eq!(key, "predicates.p.pattern");
+        let (key, _) = problem(&[
+            ("transforms", "t"),
+            ("transforms.t.type", "TimestampRouter"),
+            ("transforms.t.timestamp.format", "yyyy-MM-dd EEE"),
+        ]);
+        assert_eq!(key, "transforms.t.timestamp.format");
+        let (key, reason) = problem(&[
+            ("transforms", "r"),
+            ("transforms.r.type", "RegexRouter"),
+            ("transforms.r.regex", "(a)"),
+            ("transforms.r.replacement", "$2"),
+        ]);
+        assert_eq!(key, "transforms.r.replacement");
+        assert!(reason.contains("names group 2, and the regex has 1"), "{reason}");
+    }
+
+    #[test]
+    fn a_predicate_two_transforms_name_serves_both() {
+        let chain = parse(&[
+            ("transforms", "a,b"),
+            ("transforms.a.type", "Filter"),
+            ("transforms.a.predicate", "p"),
+            ("transforms.b.type", "Filter"),
+            ("transforms.b.predicate", "p"),
+            ("transforms.b.negate", "true"),
+            ("predicates", "p"),
+            ("predicates.p.type", "HasHeaderKey"),
+            ("predicates.p.name", "skip"),
+        ])
+        .unwrap();
+        assert!(matches!(&chain.steps()[0].predicate, Some((Predicate::HasHeaderKey(n), false)) if n == "skip"));
+        assert!(matches!(&chain.steps()[1].predicate, Some((Predicate::HasHeaderKey(n), true)) if n == "skip"));
+    }
+
+    #[test]
+    fn java_replacements_become_the_regex_crates() {
+        assert_eq!(java_replacement("$1-x", 1).unwrap(), "${1}-x");
+        assert_eq!(java_replacement("$12", 1).unwrap(), "${1}2", "Java stops at the last group there is");
+        assert_eq!(java_replacement("$12", 12).unwrap(), "${12}");
+        assert_eq!(java_replacement(r"a\$b${name}", 1).unwrap(), "a$$b${name}");
+        assert!(java_replacement("$", 0).is_err());
+    }
+
+    #[test]
+    fn dates_are_written_in_utc_as_simple_date_format_writes_them() {
+        let format = |pattern: &str, millis: i64| format_date(&date_format(pattern).unwrap(), millis);
+        // 2026-12-05T13:07:09.042Z
+        let millis = 1_796_476_029_042;
+        assert_eq!(format("yyyyMMdd", millis), "20261205");
+        assert_eq!(format("yyyy-MM-dd'T'HH:mm:ss.SSS", millis), "2026-12-05T13:07:09.042");
+        assert_eq!(format("yy.M.d 'o''clock' H", millis), "26.12.5 o'clock 13");
+        assert_eq!(format("yyyyMMdd", 0), "19700101");
+        assert_eq!(format("yyyy-MM-dd", 951_782_400_000), "2000-02-29");
+        assert!(date_format("yyyy-MMM").is_err(), "a month's name is not written");
+        assert!(date_format("'open").is_err());
+    }
+}
