@@ -270,16 +270,39 @@ fn unknown_keys(config: &ConnectorConfig, plugin: &Plugin, transforms: &Transfor
         .filter(|key| {
             !known.contains(&key.as_str()) && !key.starts_with(PRODUCER_OVERRIDE_PREFIX) && !transforms.knows(key)
         })
-        .map(|key| {
-            let hint = nearest(key, &known).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
-            format!(
-                "{}: {}: not a key of the host or of plugin {}{hint}",
-                config.source,
-                escape_controls(key),
-                plugin.name
-            )
+        .map(|key| match connect_key_that_does_not_apply(key) {
+            Some(why) => {
+                format!("{}: {}: Kafka Connect's key, ignored here: {why}", config.source, escape_controls(key))
+            }
+            None => {
+                let hint = nearest(key, &known).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
+                format!(
+                    "{}: {}: not a key of the host or of plugin {}{hint}",
+                    config.source,
+                    escape_controls(key),
+                    plugin.name
+                )
+            }
         })
         .collect()
+}
+
+/// Why a key of Kafka Connect's connector configs means nothing to Sluice, for a config
+/// brought over from Connect.
+fn connect_key_that_does_not_apply(key: &str) -> Option<&'static str> {
+    let converter = ["key.converter", "value.converter", "header.converter"]
+        .iter()
+        .any(|c| key == *c || key.strip_prefix(c).is_some_and(|rest| rest.starts_with('.')));
+    match key {
+        _ if converter => Some(
+            "a plugin hands the host bytes, and destinations get them as they are (as with Connect's ByteArrayConverter)",
+        ),
+        "errors.retry.timeout" | "errors.retry.delay.max.ms" => Some(
+            "nothing between poll and delivery fails transiently; a plugin's retriable error is retried at its next poll",
+        ),
+        "offsets.storage.topic" => Some("a connector's offsets are kept where the worker's [storage] keeps them"),
+        _ => None,
+    }
 }
 
 /// The known key closest to `key` by edit distance, if it is close enough to be a typo.
@@ -372,7 +395,27 @@ fn check_type(value: &str, type_name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::nearest;
+    use super::{connect_key_that_does_not_apply, is_transform_key, nearest};
+
+    #[test]
+    fn connects_keys_that_do_not_apply_say_why() {
+        for key in ["value.converter", "key.converter.schemas.enable", "header.converter", "errors.retry.timeout"] {
+            assert!(connect_key_that_does_not_apply(key).is_some(), "{key}");
+        }
+        for key in ["value.converters", "converter", "topic", "errors.tolerance"] {
+            assert!(connect_key_that_does_not_apply(key).is_none(), "{key}");
+        }
+    }
+
+    #[test]
+    fn transform_keys_are_the_lists_and_what_is_under_them() {
+        for key in ["transforms", "predicates", "transforms.a.type", "predicates.p.pattern"] {
+            assert!(is_transform_key(key), "{key}");
+        }
+        for key in ["transformsx", "transforms_a", "topic"] {
+            assert!(!is_transform_key(key), "{key}");
+        }
+    }
 
     #[test]
     fn the_nearest_key_is_a_likely_typo() {
