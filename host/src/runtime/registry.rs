@@ -118,6 +118,27 @@ impl OffsetStore for NoConnectorYet {
     }
 }
 
+/// One file's turn to load ([`Registry::loading`]): its lock, held, and forgotten when the
+/// turn ends with no one else waiting for it, so the map holds only the files being loaded.
+struct LoadTurn<'a> {
+    loading: &'a std::sync::Mutex<BTreeMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    file: PathBuf,
+    lock: Arc<tokio::sync::Mutex<()>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for LoadTurn<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut loading = self.loading.lock().unwrap();
+        // The map's and this turn's: a load waiting for the lock holds a third (taken
+        // under the map's mutex, held here).
+        if Arc::strong_count(&self.lock) == 2 {
+            loading.remove(&self.file);
+        }
+    }
+}
+
 const WASM_MAGIC: &[u8] = b"\0asm";
 const CORE_MODULE_LAYER: [u8; 4] = [1, 0, 0, 0];
 
@@ -247,7 +268,8 @@ impl Registry {
             // One load of a file at a time: the background look and a connector's load on
             // demand do not both compile it, and the one that waited finds it done.
             let lock = self.loading.lock().unwrap().entry(file.clone()).or_default().clone();
-            let _loading = lock.lock().await;
+            let guard = lock.clone().lock_owned().await;
+            let _turn = LoadTurn { loading: &self.loading, file: file.clone(), lock, guard: Some(guard) };
             let Ok(meta) = std::fs::metadata(&file) else { continue }; // removed meanwhile
             let stamp = (meta.len(), meta.modified().ok());
             if self.folder.read().unwrap().seen.get(&file) == Some(&stamp) {
@@ -550,4 +572,21 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_files_turn_to_load_is_forgotten_once_it_is_loaded() {
+        let (dir, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(dir.path().join("garbage.wasm"), b"not a component").unwrap();
+        let runtime = Runtime::new().unwrap();
+        let registry = Registry::load(&runtime, dir.path(), cache.path()).await.unwrap();
+        assert_eq!(registry.rejected().len(), 1);
+        std::fs::write(dir.path().join("garbage.wasm"), b"still not a component").unwrap();
+        registry.refresh(&runtime).await.unwrap();
+        assert!(registry.loading.lock().unwrap().is_empty(), "files loaded and done are not kept in the map");
+    }
 }
