@@ -220,7 +220,7 @@ impl Transforms {
                 Some(v) => return Err((key("negate"), format!("'{v}' is not true or false"))),
             };
             let predicate = match read(key("predicate")).map(str::trim) {
-                None | Some("") if negate.is_some() => {
+                None | Some("") if negate == Some(true) => {
                     return Err((key("negate"), format!("set without {} to negate", key("predicate"))));
                 }
                 None | Some("") => None,

@@ -388,8 +388,9 @@ fn check_record(
         // Dropped by a transform: its offset still advances, as an offset-only record's.
         return Ok(());
     };
-    if let Some(routed) = transformed.topic {
-        check_topic(&routed).map_err(|reason| format!("a transform routed it to a topic Kafka refuses: {reason}"))?;
+    if let Some((routed, alias)) = transformed.topic {
+        check_topic(&routed)
+            .map_err(|reason| format!("transform '{alias}' routed it to a topic Kafka refuses: {reason}"))?;
         topic = builder.topic(Arc::from(routed));
     }
     builder.push(topic, partition, offset, key, value, transformed.headers, timestamp_ms)
@@ -644,7 +645,7 @@ mod tests {
         let error = check_batch(batch, &SandboxSettings::default(), &ErrorHandling::default(), &transforms, 0, &source)
             .unwrap_err();
         assert!(
-            error.contains("record 0 of the poll batch refused: a transform routed it to a topic Kafka refuses"),
+            error.contains("record 0 of the poll batch refused: transform 'route' routed it to a topic Kafka refuses"),
             "{error}"
         );
         let transforms = chain(&[("transforms", "route"), ("transforms.route.type", "TimestampRouter")]);

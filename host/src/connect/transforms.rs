@@ -10,24 +10,24 @@ use crate::storage::{Part, RecordBatchBuilder};
 
 /// A record as the transforms see it: its topic, headers (parts of the batch's buffer) and
 /// what predicates read.
-pub(super) struct Transformed {
-    /// The topic a router made, when one did.
-    pub topic: Option<String>,
+pub(super) struct Transformed<'c> {
+    /// The topic a router made, when one did, and the alias of the last that did.
+    pub topic: Option<(String, &'c str)>,
     pub headers: Vec<(Part, Part)>,
 }
 
 /// Runs the chain over one record; `None` when a transform drops it.
-pub(super) fn apply(
-    chain: &Transforms,
+pub(super) fn apply<'c>(
+    chain: &'c Transforms,
     topic: &str,
     mut headers: Vec<(Part, Part)>,
     tombstone: bool,
     timestamp_ms: i64,
     builder: &mut RecordBatchBuilder,
-) -> Result<Option<Transformed>, String> {
-    let mut routed: Option<String> = None;
+) -> Result<Option<Transformed<'c>>, String> {
+    let mut routed: Option<(String, &str)> = None;
     for step in chain.steps() {
-        let current = routed.as_deref().unwrap_or(topic);
+        let current = routed.as_ref().map_or(topic, |(topic, _)| topic.as_str());
         if let Some((predicate, negate)) = &step.predicate {
             let holds = match predicate {
                 Predicate::TopicNameMatches(regex) => regex.is_match(current),
@@ -41,12 +41,13 @@ pub(super) fn apply(
         match &step.transform {
             Transform::RegexRouter { regex, replacement } => {
                 if regex.is_match(current) {
-                    routed = Some(regex.replace(current, replacement.as_str()).into_owned());
+                    routed = Some((regex.replace(current, replacement.as_str()).into_owned(), &step.alias));
                 }
             }
             Transform::TimestampRouter { topic_format, format } => {
                 let timestamp = format_date(format, timestamp_ms);
-                routed = Some(topic_format.replace("${topic}", current).replace("${timestamp}", &timestamp));
+                let made = topic_format.replace("${topic}", current).replace("${timestamp}", &timestamp);
+                routed = Some((made, &step.alias));
             }
             Transform::InsertHeader { header, value } => {
                 let key = builder.append(header.as_bytes());
