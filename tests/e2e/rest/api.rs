@@ -276,6 +276,32 @@ fn plugin_endpoints_list_describe_and_validate() {
     assert_eq!(report["error_count"], 4, "{report}");
     assert!(report["groups"].as_array().unwrap().contains(&json!("Common")));
 
+    // A bad transform is one problem under its key, and the rest is still looked at.
+    let transform = json!({
+        "name": "x", "connector.class": "counter", "batch.size": "lots",
+        "transforms": "route", "transforms.route.type": "RegexRouter", "transforms.route.regex": "(",
+    })
+    .to_string();
+    let report = server.call("PUT", "/connector-plugins/counter/config/validate", None, Some(&transform)).json();
+    let errors = |key: &str| -> Vec<String> {
+        let config = report["configs"].as_array().unwrap().iter().find(|c| c["value"]["name"] == key);
+        let config = config.unwrap_or_else(|| panic!("{key} not in {report}"));
+        config["value"]["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(errors("transforms.route.regex"), ["'(' is not a regular expression: unclosed group"], "{report}");
+    assert_eq!((errors("topic").len(), errors("batch.size").len()), (1, 1), "{report}");
+    assert_eq!(report["error_count"], 3, "{report}");
+    // Created over REST, its records go where the router sends them.
+    let routed = json!({"name": "routed", "config": {"connector.class": "counter", "topic": "t", "transforms": "r",
+        "transforms.r.type": "org.apache.kafka.connect.transforms.RegexRouter", "transforms.r.regex": "t",
+        "transforms.r.replacement": "routed-t"}})
+    .to_string();
+    assert_eq!(server.call("POST", "/connectors", None, Some(&routed)).status, 201);
+    server.wait_for("routed's topic", "/connectors/routed/topics", None, |t| {
+        t == &json!({"routed": {"topics": ["routed-t"]}})
+    });
+    assert_eq!(server.call("DELETE", "/connectors/routed", None, None).status, 204);
+
     let good = json!({"name": "g", "connector.class": "counter", "topic": "t"}).to_string();
     let report = server.call("PUT", "/connector-plugins/counter/config/validate", None, Some(&good)).json();
     assert_eq!(report["error_count"], 0, "{report}");
