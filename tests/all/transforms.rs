@@ -1,12 +1,14 @@
-//! Kafka Connect's transforms (`transforms`, `predicates`) on a real connector's records:
+//! Kafka Connect's transforms (`transforms`, `predicates`) on real connectors' records:
 //! routed and stamped records reach the local log under their new topic, dropped ones
-//! are not delivered but their offsets commit, and a transform Sluice does not run is
-//! refused with its key named.
+//! are not delivered but their offsets commit, JSON lines are reshaped (a line that is
+//! not JSON refused alone), and a transform Sluice does not run is refused with its key
+//! named.
 
 use sluice::config::{ConnectorConfig, DEFAULT_TENANT};
 use sluice::storage::{Namespace, State};
 
 use crate::common::*;
+use crate::file_pulse::{Dirs, pulse};
 
 fn counter_value(seq: u64) -> String {
     String::from_utf8(counter::generator::value(0, seq, 64)).unwrap()
@@ -81,9 +83,14 @@ fn a_transform_sluice_does_not_run_is_refused_naming_its_key() {
         let text = serde_json::json!({"name": "c", "config": config}).to_string();
         ConnectorConfig::from_json(&text, "c.json").expect_err("refused")
     };
-    let error = refused(&[("transforms.x.type", "org.apache.kafka.connect.transforms.ReplaceField$Value")]);
+    let error = refused(&[("transforms.x.type", "org.apache.kafka.connect.transforms.Cast$Value")]);
     assert_eq!(error.key.as_deref(), Some("transforms.x.type"));
-    assert!(error.to_string().starts_with("c.json: transforms.x.type: 'org.apache.kafka.connect.transforms.ReplaceField$Value' reads or builds fields of a schema'd value"), "{error}");
+    assert!(
+        error.to_string().starts_with(
+            "c.json: transforms.x.type: 'org.apache.kafka.connect.transforms.Cast$Value' needs a schema'd value"
+        ),
+        "{error}"
+    );
     assert_eq!(refused(&[]).key.as_deref(), Some("transforms.x.type"));
     let error = refused(&[
         ("transforms.x.type", "RegexRouter"),
@@ -91,4 +98,37 @@ fn a_transform_sluice_does_not_run_is_refused_naming_its_key() {
         ("transforms.x.replacement", "y"),
     ]);
     assert_eq!(error.key.as_deref(), Some("transforms.x.regex"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_lines_are_reshaped_and_a_line_that_is_not_json_is_refused_alone() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let lines = [r#"{"id":"a","secret":1,"v":1}"#, r#"{"id":"b","secret":2,"v":2}"#, "not json", r#"{"id":"c","v":3}"#];
+    std::fs::write(dirs.inbox.path().join("events.json"), lines.join("\n") + "\n").unwrap();
+    let extra = [
+        ("errors.tolerance", "all"),
+        ("transforms", "clean,key"),
+        ("transforms.clean.type", "org.apache.kafka.connect.transforms.ReplaceField$Value"),
+        ("transforms.clean.exclude", "secret"),
+        ("transforms.key.type", "org.apache.kafka.connect.transforms.ValueToKey"),
+        ("transforms.key.fields", "id"),
+    ];
+    host.start(pulse("events", &dirs.config(&extra))).await;
+    let refused = wait_until("the line that is not JSON refused", || {
+        let status = host.status("events")?;
+        let task = status.tasks.first()?;
+        (task.records_refused == 1).then_some(task.records_refused)
+    })
+    .await;
+    assert_eq!(refused, 1);
+    let expected = [
+        (r#"{"id":"a"}"#, r#"{"id":"a","v":1}"#),
+        (r#"{"id":"b"}"#, r#"{"id":"b","v":2}"#),
+        (r#"{"id":"c"}"#, r#"{"id":"c","v":3}"#),
+    ];
+    let expected: Vec<(String, String)> = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    wait_until("the three JSON lines", || (host.keyed_values("lines").len() >= 3).then_some(())).await;
+    assert_eq!(host.keyed_values("lines"), expected);
+    assert_eq!(host.status("events").unwrap().tasks[0].state, State::Running);
 }

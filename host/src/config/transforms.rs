@@ -2,10 +2,13 @@
 //! (`transforms`, `transforms.<alias>.type`, `predicates`, …): which of Connect's
 //! transforms and predicates Sluice runs, their keys, checked. Sluice's records are bytes
 //! (key, value, headers, topic, timestamp), not Connect's schema'd `Struct`s, so it runs
-//! the transforms that need no schema: the routers, header inserts and drops, and `Filter`
-//! with predicates. A transform that needs a schema is refused by name, never ignored: a
-//! config that says to route or drop records and silently does not would be the worst kind
-//! of wrong. Applying the chain to records is the record checks' (`connect::records`).
+//! the transforms that need no schema: the routers, header inserts and drops, `Filter`
+//! with predicates, and the field transforms on keys and values that are JSON objects, as
+//! Connect runs them on schemaless values (`InsertField`, `ReplaceField`, `MaskField`,
+//! `ExtractField`, `HoistField`, `ValueToKey`). Any other class is refused by name, never
+//! ignored: a config that says to route, drop or reshape records and silently does not
+//! would be the worst kind of wrong. Applying the chain to records is the record checks'
+//! (`connect::records`, `connect::transforms`).
 
 use std::sync::Arc;
 
@@ -19,21 +22,9 @@ const PREDICATE_PACKAGE: &str = "org.apache.kafka.connect.transforms.predicates.
 
 /// The transforms Sluice runs, by Connect's simple class name (the full name
 /// `org.apache.kafka.connect.transforms.<name>` works too).
-const SUPPORTED: &str = "RegexRouter, TimestampRouter, InsertHeader, DropHeaders and Filter";
-/// Connect's transforms that read or build fields of a schema'd value.
-const NEEDS_SCHEMA: &[&str] = &[
-    "Cast",
-    "ExtractField",
-    "Flatten",
-    "HeaderFrom",
-    "HoistField",
-    "InsertField",
-    "MaskField",
-    "ReplaceField",
-    "SetSchemaMetadata",
-    "TimestampConverter",
-    "ValueToKey",
-];
+const SUPPORTED: &str = "RegexRouter, TimestampRouter, InsertHeader, DropHeaders, Filter, and on JSON objects InsertField, ReplaceField, MaskField, ExtractField, HoistField ($Key or $Value) and ValueToKey";
+/// Connect's transforms that need a schema, or types JSON does not have.
+const NEEDS_SCHEMA: &[&str] = &["Cast", "Flatten", "HeaderFrom", "SetSchemaMetadata", "TimestampConverter"];
 
 /// A connector's transforms, in the order `transforms` lists them; none by default.
 #[derive(Clone, Debug, Default)]
@@ -73,6 +64,32 @@ pub enum Transform {
     DropHeaders { headers: Vec<String> },
     /// Drops the record (its offset is still committed, as an offset-only record's).
     Filter,
+    /// Reshapes the key or the value, a JSON object (`$Key`, `$Value`).
+    Field { part: RecordPart, change: FieldChange },
+    /// The key becomes an object of these fields of the value.
+    ValueToKey { fields: Vec<String> },
+}
+
+/// Which part of a record a field transform reshapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordPart {
+    Key,
+    Value,
+}
+
+/// What a field transform does to a JSON object, as Connect's does to a schemaless map.
+#[derive(Debug)]
+pub enum FieldChange {
+    /// `InsertField`: the record's topic and timestamp, and a fixed string, under these names.
+    Insert { topic: Option<String>, timestamp: Option<String>, fixed: Option<(String, String)> },
+    /// `ReplaceField`: drops `exclude`, keeps only `include` when it is not empty, renames.
+    Replace { exclude: Vec<String>, include: Vec<String>, renames: Vec<(String, String)> },
+    /// `MaskField`: each field's value becomes its type's empty value, or `replacement`.
+    Mask { fields: Vec<String>, replacement: Option<String> },
+    /// `ExtractField`: the part becomes this field's value.
+    Extract { field: String },
+    /// `HoistField`: the part becomes an object holding it under this name.
+    Hoist { field: String },
 }
 
 impl Transform {
@@ -83,6 +100,19 @@ impl Transform {
             Transform::InsertHeader { .. } => "InsertHeader",
             Transform::DropHeaders { .. } => "DropHeaders",
             Transform::Filter => "Filter",
+            Transform::ValueToKey { .. } => "ValueToKey",
+            Transform::Field { part, change } => match (change, part) {
+                (FieldChange::Insert { .. }, RecordPart::Key) => "InsertField$Key",
+                (FieldChange::Insert { .. }, RecordPart::Value) => "InsertField$Value",
+                (FieldChange::Replace { .. }, RecordPart::Key) => "ReplaceField$Key",
+                (FieldChange::Replace { .. }, RecordPart::Value) => "ReplaceField$Value",
+                (FieldChange::Mask { .. }, RecordPart::Key) => "MaskField$Key",
+                (FieldChange::Mask { .. }, RecordPart::Value) => "MaskField$Value",
+                (FieldChange::Extract { .. }, RecordPart::Key) => "ExtractField$Key",
+                (FieldChange::Extract { .. }, RecordPart::Value) => "ExtractField$Value",
+                (FieldChange::Hoist { .. }, RecordPart::Key) => "HoistField$Key",
+                (FieldChange::Hoist { .. }, RecordPart::Value) => "HoistField$Value",
+            },
         }
     }
 }
@@ -200,18 +230,47 @@ impl Transforms {
                     value: required(&key("value.literal"), read(key("value.literal")))?.to_string(),
                 },
                 "DropHeaders" => {
-                    let headers = required(&key("headers"), read(key("headers")))?;
-                    Transform::DropHeaders {
-                        headers: headers
-                            .split(',')
-                            .map(str::trim)
-                            .filter(|h| !h.is_empty())
-                            .map(String::from)
-                            .collect(),
-                    }
+                    Transform::DropHeaders { headers: list(required(&key("headers"), read(key("headers")))?) }
                 }
                 "Filter" => Transform::Filter,
-                _ => return Err((key("type"), unsupported_transform(class, simple))),
+                "ValueToKey" => Transform::ValueToKey { fields: list(required(&key("fields"), read(key("fields")))?) },
+                _ => match field_transform(simple) {
+                    Some(Ok((part, base))) => {
+                        let change = match base {
+                            "InsertField" => insert_field(&key, &mut read)?,
+                            "ReplaceField" => {
+                                // `blacklist` and `whitelist` are Connect's names before 2.6.
+                                let exclude = read(key("exclude")).or_else(|| read(key("blacklist")));
+                                let include = read(key("include")).or_else(|| read(key("whitelist")));
+                                let renames = list(read(key("renames")).unwrap_or_default())
+                                    .into_iter()
+                                    .map(|pair| match pair.split_once(':') {
+                                        Some((from, to)) if !from.is_empty() && !to.is_empty() => {
+                                            Ok((from.to_string(), to.to_string()))
+                                        }
+                                        _ => Err((key("renames"), format!("'{pair}' is not old:new"))),
+                                    })
+                                    .collect::<Result<_, _>>()?;
+                                FieldChange::Replace {
+                                    exclude: list(exclude.unwrap_or_default()),
+                                    include: list(include.unwrap_or_default()),
+                                    renames,
+                                }
+                            }
+                            "MaskField" => FieldChange::Mask {
+                                fields: list(required(&key("fields"), read(key("fields")))?),
+                                replacement: read(key("replacement")).map(String::from),
+                            },
+                            "ExtractField" => {
+                                FieldChange::Extract { field: required(&key("field"), read(key("field")))?.to_string() }
+                            }
+                            _ => FieldChange::Hoist { field: required(&key("field"), read(key("field")))?.to_string() },
+                        };
+                        Transform::Field { part, change }
+                    }
+                    Some(Err(reason)) => return Err((key("type"), reason)),
+                    None => return Err((key("type"), unsupported_transform(class, simple))),
+                },
             };
             let negate = match read(key("negate")).map(|v| v.trim().to_ascii_lowercase()) {
                 None => None,
@@ -236,6 +295,60 @@ impl Transforms {
         source.sort();
         Ok(Transforms { steps: steps.into(), source: source.into() })
     }
+}
+
+/// The part a field transform's class names (`InsertField$Value`), and its base name;
+/// `None` when the class is not one of them.
+fn field_transform(simple: &str) -> Option<Result<(RecordPart, &str), String>> {
+    let (base, part) = simple.split_once('$').unwrap_or((simple, ""));
+    if !["InsertField", "ReplaceField", "MaskField", "ExtractField", "HoistField"].contains(&base) {
+        return None;
+    }
+    Some(match part {
+        "Key" => Ok((RecordPart::Key, base)),
+        "Value" => Ok((RecordPart::Value, base)),
+        _ => Err(format!("'{simple}' names no part of the record: {base}$Key or {base}$Value")),
+    })
+}
+
+/// `InsertField`'s keys. A name may end in `!` or `?` (required or optional in Connect,
+/// which only a schema tells apart).
+fn insert_field<'a>(
+    key: &dyn Fn(&str) -> String,
+    read: &mut dyn FnMut(String) -> Option<&'a str>,
+) -> Result<FieldChange, TransformProblem> {
+    let name = |value: Option<&str>| {
+        value.map(|v| v.trim().trim_end_matches(['!', '?']).to_string()).filter(|v| !v.is_empty())
+    };
+    if read(key("offset.field")).is_some() {
+        return Err((key("offset.field"), "a Kafka offset is only a sink record's".into()));
+    }
+    if read(key("partition.field")).is_some() {
+        return Err((
+            key("partition.field"),
+            "a source record's Kafka partition is chosen when it is produced, after the transforms".into(),
+        ));
+    }
+    let topic = name(read(key("topic.field")));
+    let timestamp = name(read(key("timestamp.field")));
+    let fixed = match (name(read(key("static.field"))), read(key("static.value"))) {
+        (Some(field), Some(value)) => Some((field, value.to_string())),
+        (Some(_), None) => return Err((key("static.value"), "missing: the value of static.field".into())),
+        (None, Some(_)) => return Err((key("static.field"), "missing: the field static.value goes in".into())),
+        (None, None) => None,
+    };
+    if topic.is_none() && timestamp.is_none() && fixed.is_none() {
+        return Err((
+            key("static.field"),
+            "nothing to insert: set topic.field, timestamp.field or static.field".into(),
+        ));
+    }
+    Ok(FieldChange::Insert { topic, timestamp, fixed })
+}
+
+/// A comma-separated list, trimmed, without empty entries.
+fn list(value: &str) -> Vec<String> {
+    value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(String::from).collect()
 }
 
 fn aliases(key: &str, value: Option<&str>) -> Result<Vec<String>, TransformProblem> {
@@ -268,7 +381,7 @@ fn unsupported_transform(class: &str, simple: &str) -> String {
     let base = simple.split('$').next().unwrap_or(simple);
     if NEEDS_SCHEMA.contains(&base) {
         format!(
-            "'{class}' reads or builds fields of a schema'd value, and Sluice's records are bytes: it runs {SUPPORTED}; shape the value in the connector instead"
+            "'{class}' needs a schema'd value, and Sluice's records are bytes: it runs {SUPPORTED}; shape the value in the connector instead"
         )
     } else {
         format!("'{class}' is not a transform Sluice has: it runs {SUPPORTED} ({PACKAGE}*)")
@@ -482,10 +595,8 @@ mod tests {
         ]);
         assert_eq!(key, "transforms.r.regex");
         assert_eq!(reason, "'(unclosed' is not a regular expression: unclosed group");
-        let (key, reason) = problem(&[
-            ("transforms", "f"),
-            ("transforms.f.type", "org.apache.kafka.connect.transforms.InsertField$Value"),
-        ]);
+        let (key, reason) =
+            problem(&[("transforms", "f"), ("transforms.f.type", "org.apache.kafka.connect.transforms.Cast$Value")]);
         assert_eq!(key, "transforms.f.type");
         assert!(reason.contains("schema'd value"), "{reason}");
         let (key, reason) = problem(&[("transforms", "f"), ("transforms.f.type", "com.example.MyTransform")]);
@@ -498,6 +609,23 @@ mod tests {
         let (key, _) =
             problem(&[("transforms", "f"), ("transforms.f.type", "Filter"), ("transforms.f.negate", "true")]);
         assert_eq!(key, "transforms.f.negate");
+        let (key, reason) = problem(&[("transforms", "f"), ("transforms.f.type", "InsertField")]);
+        assert_eq!(key, "transforms.f.type");
+        assert!(reason.contains("InsertField$Key or InsertField$Value"), "{reason}");
+        let insert = |extra: (&'static str, &'static str)| {
+            problem(&[("transforms", "f"), ("transforms.f.type", "InsertField$Value"), extra]).0
+        };
+        assert_eq!(insert(("transforms.f.offset.field", "o")), "transforms.f.offset.field");
+        assert_eq!(insert(("transforms.f.static.field", "s")), "transforms.f.static.value");
+        assert_eq!(insert(("transforms.f.whatever", "x")), "transforms.f.static.field", "nothing to insert");
+        let (key, _) = problem(&[("transforms", "v"), ("transforms.v.type", "ValueToKey")]);
+        assert_eq!(key, "transforms.v.fields");
+        let (key, reason) = problem(&[
+            ("transforms", "r"),
+            ("transforms.r.type", "ReplaceField$Value"),
+            ("transforms.r.renames", "a:b,c"),
+        ]);
+        assert_eq!((key.as_str(), reason.as_str()), ("transforms.r.renames", "'c' is not old:new"));
         let (key, reason) = problem(&[("transforms", "a,a")]);
         assert_eq!((key.as_str(), reason.as_str()), ("transforms", "alias 'a' is listed twice"));
         let (key, _) = problem(&[("predicates", "p"), ("predicates.p.type", "TopicNameMatches")]);

@@ -381,10 +381,8 @@ fn check_record(
     if transforms.is_empty() {
         return builder.push(topic, partition, offset, key, value, headers, timestamp_ms);
     }
-    let (tombstone, topic_text) = (record.value.is_none(), topic_text.clone());
-    let headers = headers.collect();
-    let Some(transformed) = transforms::apply(transforms, &topic_text, headers, tombstone, timestamp_ms, builder)?
-    else {
+    let record = transforms::Record { topic: topic_text.clone(), key, value, headers: headers.collect(), timestamp_ms };
+    let Some(transformed) = transforms::apply(transforms, record, builder)? else {
         // Dropped by a transform: its offset still advances, as an offset-only record's.
         return Ok(());
     };
@@ -393,7 +391,7 @@ fn check_record(
             .map_err(|reason| format!("transform '{alias}' routed it to a topic Kafka refuses: {reason}"))?;
         topic = builder.topic(Arc::from(routed));
     }
-    builder.push(topic, partition, offset, key, value, transformed.headers, timestamp_ms)
+    builder.push(topic, partition, offset, transformed.key, transformed.value, transformed.headers, timestamp_ms)
 }
 
 #[cfg(test)]
@@ -654,5 +652,96 @@ mod tests {
             check_batch(batch, &SandboxSettings::default(), &ErrorHandling::default(), &transforms, 0, &source)
                 .unwrap();
         assert_eq!(&*checked.records.to_records()[0].topic, "t-19700101");
+    }
+
+    #[test]
+    fn field_transforms_reshape_json_keys_and_values_as_connect_does_schemaless_maps() {
+        let transforms = chain(&[
+            ("transforms", "insert,replace,mask,key,hoist"),
+            ("transforms.insert.type", "org.apache.kafka.connect.transforms.InsertField$Value"),
+            ("transforms.insert.topic.field", "topic!"),
+            ("transforms.insert.timestamp.field", "ts"),
+            ("transforms.insert.static.field", "source"),
+            ("transforms.insert.static.value", "sluice"),
+            ("transforms.replace.type", "org.apache.kafka.connect.transforms.ReplaceField$Value"),
+            ("transforms.replace.exclude", "debug"),
+            ("transforms.replace.renames", "n:count"),
+            ("transforms.mask.type", "org.apache.kafka.connect.transforms.MaskField$Value"),
+            ("transforms.mask.fields", "card,pin,owner"),
+            ("transforms.mask.replacement", "0000"),
+            ("transforms.key.type", "org.apache.kafka.connect.transforms.ValueToKey"),
+            ("transforms.key.fields", "id,missing"),
+            ("transforms.hoist.type", "org.apache.kafka.connect.transforms.HoistField$Key"),
+            ("transforms.hoist.field", "k"),
+        ]);
+        let record = |n: u32, value: Option<&str>| SourceRecord {
+            partition: r#"{"p":1}"#.into(),
+            offset: format!(r#"{{"n":{n}}}"#),
+            topic: Some("t".into()),
+            key: Some(b"ignored".to_vec()),
+            value: value.map(|v| v.as_bytes().to_vec()),
+            headers: vec![],
+            timestamp: Some(7),
+        };
+        let value = r#"{"id":"a1","n":3,"debug":true,"card":"4111","pin":1234,"owner":{"x":1}}"#;
+        let batch = PollBatch::from_records(vec![record(1, Some(value)), record(2, None)]);
+        let source = Source { connector: "c", task: 0 };
+        let errors = ErrorHandling::default();
+        let masked_object =
+            check_batch(batch, &SandboxSettings::default(), &errors, &transforms, 0, &source).unwrap_err();
+        assert!(
+            masked_object
+                .ends_with("transform 'mask' (MaskField$Value): owner: a replacement only masks a string or a number"),
+            "{masked_object}"
+        );
+        let transforms = chain(&[
+            ("transforms", "insert,replace,mask,key,hoist,extract"),
+            ("transforms.insert.type", "InsertField$Value"),
+            ("transforms.insert.topic.field", "topic"),
+            ("transforms.insert.timestamp.field", "ts"),
+            ("transforms.insert.static.field", "source"),
+            ("transforms.insert.static.value", "sluice"),
+            ("transforms.replace.type", "ReplaceField$Value"),
+            ("transforms.replace.exclude", "debug"),
+            ("transforms.replace.renames", "n:count"),
+            ("transforms.mask.type", "MaskField$Value"),
+            ("transforms.mask.fields", "card,pin,owner"),
+            ("transforms.key.type", "ValueToKey"),
+            ("transforms.key.fields", "id,missing"),
+            ("transforms.hoist.type", "HoistField$Key"),
+            ("transforms.hoist.field", "k"),
+            ("transforms.extract.type", "ExtractField$Key"),
+            ("transforms.extract.field", "k"),
+            ("transforms.extract.predicate", "tombstone"),
+            ("transforms.extract.negate", "true"),
+            ("predicates", "tombstone"),
+            ("predicates.tombstone.type", "RecordIsTombstone"),
+        ]);
+        let batch = PollBatch::from_records(vec![record(1, Some(value))]);
+        let checked = check_batch(batch, &SandboxSettings::default(), &errors, &transforms, 0, &source).unwrap();
+        let delivered = checked.records.to_records();
+        let text = |bytes: &Option<Bytes>| String::from_utf8(bytes.as_ref().unwrap().to_vec()).unwrap();
+        assert_eq!(
+            text(&delivered[0].value),
+            r#"{"card":"","count":3,"id":"a1","owner":{},"pin":0,"source":"sluice","topic":"t","ts":7}"#
+        );
+        assert_eq!(text(&delivered[0].key), r#"{"id":"a1","missing":null}"#, "hoisted, then extracted again");
+
+        // A tombstone passes InsertField untouched; ValueToKey needs an object to read.
+        let tombstone = PollBatch::from_records(vec![record(2, None)]);
+        let error = check_batch(tombstone, &SandboxSettings::default(), &errors, &transforms, 0, &source).unwrap_err();
+        assert!(
+            error.ends_with("transform 'key' (ValueToKey): the value must be a JSON object, and there is none"),
+            "{error}"
+        );
+        // A value that is not JSON is refused; under errors.tolerance=all it is skipped and
+        // its offset still commits.
+        let not_json = || PollBatch::from_records(vec![record(3, Some("plain text"))]);
+        let error = check_batch(not_json(), &SandboxSettings::default(), &errors, &transforms, 0, &source).unwrap_err();
+        assert!(error.contains("transform 'insert' (InsertField$Value): the value is not JSON"), "{error}");
+        let tolerant = ErrorHandling { tolerate_all: true, ..ErrorHandling::default() };
+        let checked = check_batch(not_json(), &SandboxSettings::default(), &tolerant, &transforms, 0, &source).unwrap();
+        assert_eq!((checked.records.len(), checked.refused), (0, 1));
+        assert_eq!(checked.offsets, [(r#"{"p":1}"#.to_string(), r#"{"n":3}"#.to_string())]);
     }
 }

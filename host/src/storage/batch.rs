@@ -255,7 +255,8 @@ impl RecordBatchBuilder {
         Part { start, len: bytes.len() as u32 }
     }
 
-    fn bytes(&self, part: Part, what: &str) -> Result<&[u8], String> {
+    /// The bytes `part` names, or why it names none (`what` is the record's part).
+    pub fn bytes(&self, part: Part, what: &str) -> Result<&[u8], String> {
         let range = part.start as usize..(part.start as usize).saturating_add(part.len as usize);
         self.data.get(range.clone()).ok_or_else(|| {
             format!(
