@@ -683,7 +683,7 @@ mod tests {
             headers: vec![],
             timestamp: Some(7),
         };
-        let value = r#"{"id":"a1","n":3,"debug":true,"card":"4111","pin":1234,"owner":{"x":1}}"#;
+        let value = r#"{"id":"a1","n":3,"debug":true,"card":"4111","pin":1234,"owner":{"x":1},"big":123456789012345678901234567890,"f":1.50,"t":"caf\u00e9"}"#;
         let batch = PollBatch::from_records(vec![record(1, Some(value)), record(2, None)]);
         let source = Source { connector: "c", task: 0 };
         let errors = ErrorHandling::default();
@@ -723,7 +723,8 @@ mod tests {
         let text = |bytes: &Option<Bytes>| String::from_utf8(bytes.as_ref().unwrap().to_vec()).unwrap();
         assert_eq!(
             text(&delivered[0].value),
-            r#"{"card":"","count":3,"id":"a1","owner":{},"pin":0,"source":"sluice","topic":"t","ts":7}"#
+            r#"{"id":"a1","count":3,"card":"","pin":0,"owner":{},"big":123456789012345678901234567890,"f":1.50,"t":"caf\u00e9","topic":"t","ts":7,"source":"sluice"}"#,
+            "fields keep their order, and the ones no transform touched their text"
         );
         assert_eq!(text(&delivered[0].key), r#"{"id":"a1","missing":null}"#, "hoisted, then extracted again");
 

@@ -3,10 +3,12 @@
 //! its key and value reshaped as JSON objects, or that it is dropped. A dropped record still
 //! commits its offset, as an offset-only record does, so a restart does not read it again;
 //! a topic a transform makes is checked as a plugin's would be. A field transform's key or
-//! value is parsed once however many transforms reshape it, and written back (compact
-//! JSON, keys in order) once, after the last.
+//! value is parsed once however many transforms reshape it, and written back once, after
+//! the last: its fields in their order, each field's value as the plugin wrote it (a
+//! number as long as any is not rounded through a float, text not re-escaped).
 
-use serde_json::{Map, Value};
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
 use crate::config::Transforms;
 use crate::config::transforms::{FieldChange, Predicate, RecordPart, Transform, format_date};
@@ -35,18 +37,98 @@ pub(super) struct Record {
 enum Side {
     Bytes(Option<Part>),
     /// Parsed (`None`: no bytes, a tombstone's value), to be written back.
-    Json(Option<Value>),
+    Json(Option<Json>),
+}
+
+/// A JSON value whose fields, when it is an object, can be changed one by one, the rest
+/// kept as they were written.
+enum Json {
+    Object(Vec<(String, Box<RawValue>)>),
+    Other(Box<RawValue>),
+}
+
+impl Json {
+    fn parse(bytes: &[u8]) -> Result<Json, serde_json::Error> {
+        let raw: Box<RawValue> = serde_json::from_slice(bytes)?;
+        if !raw.get().starts_with('{') {
+            return Ok(Json::Other(raw));
+        }
+        Ok(Json::Object(serde_json::Deserializer::from_str(raw.get()).deserialize_map(FieldsInOrder)?))
+    }
+
+    fn write(&self) -> Box<RawValue> {
+        match self {
+            Json::Other(raw) => raw.clone(),
+            Json::Object(fields) => {
+                let mut text = String::from("{");
+                for (index, (name, value)) in fields.iter().enumerate() {
+                    if index > 0 {
+                        text.push(',');
+                    }
+                    text.push_str(&quoted(name));
+                    text.push(':');
+                    text.push_str(value.get());
+                }
+                text.push('}');
+                RawValue::from_string(text).expect("fields of valid JSON make valid JSON")
+            }
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Json::Object(_) => "it is an object",
+            Json::Other(raw) => kind_of(raw),
+        }
+    }
+}
+
+/// Reads an object's fields in the order they are written, each value as its text.
+struct FieldsInOrder;
+
+impl<'de> Visitor<'de> for FieldsInOrder {
+    type Value = Vec<(String, Box<RawValue>)>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
+        while let Some(field) = map.next_entry::<String, Box<RawValue>>()? {
+            fields.push(field);
+        }
+        Ok(fields)
+    }
+}
+
+fn quoted(text: &str) -> String {
+    serde_json::to_string(text).expect("a string is written")
+}
+
+fn raw(text: String) -> Box<RawValue> {
+    RawValue::from_string(text).expect("written as JSON")
+}
+
+fn kind_of(raw: &RawValue) -> &'static str {
+    match raw.get().as_bytes().first() {
+        Some(b'{') => "it is an object",
+        Some(b'[') => "it is an array",
+        Some(b'"') => "it is a string",
+        Some(b't' | b'f') => "it is a boolean",
+        Some(b'n') => "it is null",
+        _ => "it is a number",
+    }
 }
 
 impl Side {
-    fn json(&mut self, builder: &RecordBatchBuilder, what: &str) -> Result<&mut Option<Value>, String> {
+    fn json(&mut self, builder: &RecordBatchBuilder, what: &str) -> Result<&mut Option<Json>, String> {
         if let Side::Bytes(part) = *self {
             let parsed = match part {
                 None => None,
-                Some(part) => Some(
-                    serde_json::from_slice(builder.bytes(part, what)?)
-                        .map_err(|e| format!("the {what} is not JSON ({e})"))?,
-                ),
+                Some(part) => {
+                    Some(Json::parse(builder.bytes(part, what)?).map_err(|e| format!("the {what} is not JSON ({e})"))?)
+                }
             };
             *self = Side::Json(parsed);
         }
@@ -59,10 +141,7 @@ impl Side {
     fn finish(self, builder: &mut RecordBatchBuilder) -> Option<Part> {
         match self {
             Side::Bytes(part) => part,
-            Side::Json(value) => value.map(|value| {
-                let bytes = serde_json::to_vec(&value).expect("a JSON value is written");
-                builder.append(&bytes)
-            }),
+            Side::Json(value) => value.map(|value| builder.append(value.write().get().as_bytes())),
         }
     }
 }
@@ -129,12 +208,11 @@ pub(super) fn apply<'c>(
             }
             Transform::ValueToKey { fields } => {
                 let object = match value.json(builder, "value").map_err(failed)? {
-                    Some(Value::Object(object)) => object,
+                    Some(Json::Object(object)) => object,
                     other => return Err(failed(not_an_object("value", other.as_ref()))),
                 };
-                let made: Map<String, Value> =
-                    fields.iter().map(|f| (f.clone(), object.get(f).cloned().unwrap_or(Value::Null))).collect();
-                key = Side::Json(Some(Value::Object(made)));
+                let made = fields.iter().map(|f| (f.clone(), field(object, f).unwrap_or_else(null))).collect();
+                key = Side::Json(Some(Json::Object(made)));
             }
         }
     }
@@ -144,65 +222,62 @@ pub(super) fn apply<'c>(
 /// One field transform on a key or value, as Connect's does on a schemaless map: a
 /// tombstone passes through `InsertField`, `ReplaceField` and `MaskField` unchanged.
 fn reshape(
-    json: &mut Option<Value>,
+    json: &mut Option<Json>,
     change: &FieldChange,
     what: &str,
     topic: &str,
     timestamp_ms: i64,
 ) -> Result<(), String> {
     match change {
-        FieldChange::Extract { field } => {
+        FieldChange::Extract { field: name } => {
             *json = match json.take() {
                 None => None,
-                Some(Value::Object(mut object)) => object.remove(field).filter(|v| !v.is_null()),
+                Some(Json::Object(object)) => field(&object, name).filter(|v| v.get() != "null").map(Json::Other),
                 Some(other) => return Err(not_an_object(what, Some(&other))),
             };
             return Ok(());
         }
         FieldChange::Hoist { field } => {
-            let inner = json.take().unwrap_or(Value::Null);
-            *json = Some(Value::Object(Map::from_iter([(field.clone(), inner)])));
+            let inner = json.take().map_or_else(null, |inner| inner.write());
+            *json = Some(Json::Object(vec![(field.clone(), inner)]));
             return Ok(());
         }
         _ => {}
     }
     let object = match json {
         None => return Ok(()),
-        Some(Value::Object(object)) => object,
+        Some(Json::Object(object)) => object,
         Some(other) => return Err(not_an_object(what, Some(other))),
     };
     match change {
         FieldChange::Insert { topic: topic_field, timestamp, fixed } => {
-            if let Some(field) = topic_field {
-                object.insert(field.clone(), Value::String(topic.to_string()));
+            if let Some(name) = topic_field {
+                set(object, name, raw(quoted(topic)));
             }
-            if let Some(field) = timestamp {
-                object.insert(field.clone(), Value::from(timestamp_ms));
+            if let Some(name) = timestamp {
+                set(object, name, raw(timestamp_ms.to_string()));
             }
-            if let Some((field, text)) = fixed {
-                object.insert(field.clone(), Value::String(text.clone()));
+            if let Some((name, text)) = fixed {
+                set(object, name, raw(quoted(text)));
             }
         }
         FieldChange::Replace { exclude, include, renames } => {
-            let kept = std::mem::take(object)
-                .into_iter()
-                .filter(|(name, _)| !exclude.contains(name) && (include.is_empty() || include.contains(name)));
-            *object = kept
-                .map(|(name, value)| match renames.iter().find(|(from, _)| *from == name) {
-                    Some((_, to)) => (to.clone(), value),
-                    None => (name, value),
-                })
-                .collect();
+            object.retain(|(name, _)| !exclude.contains(name) && (include.is_empty() || include.contains(name)));
+            for (name, _) in object.iter_mut() {
+                if let Some((_, to)) = renames.iter().find(|(from, _)| from == name) {
+                    *name = to.clone();
+                }
+            }
         }
         FieldChange::Mask { fields, replacement } => {
-            for field in fields {
-                let masked = match object.get(field) {
-                    None | Some(Value::Null) => Value::Null,
+            for name in fields {
+                let masked = match field(object, name) {
+                    None => null(),
                     Some(value) => {
-                        masked(value, replacement.as_deref()).map_err(|reason| format!("{field}: {reason}"))?
+                        masked(&value, replacement.as_deref()).map_err(|reason| format!("{name}: {reason}"))?
                     }
                 };
-                object.insert(field.clone(), masked);
+                set(object, name, masked);
             }
         }
         FieldChange::Extract { .. } | FieldChange::Hoist { .. } => unreachable!("handled above"),
@@ -210,39 +285,53 @@ fn reshape(
     Ok(())
 }
 
+/// The value of an object's field (the last, when a name is written twice, as a map would keep).
+fn field(object: &[(String, Box<RawValue>)], name: &str) -> Option<Box<RawValue>> {
+    object.iter().rev().find(|(n, _)| n == name).map(|(_, value)| value.clone())
+}
+
+/// Sets a field in place, or adds it at the end.
+fn set(object: &mut Vec<(String, Box<RawValue>)>, name: &str, value: Box<RawValue>) {
+    match object.iter_mut().rev().find(|(n, _)| n == name) {
+        Some(field) => field.1 = value,
+        None => object.push((name.to_string(), value)),
+    }
+}
+
+fn null() -> Box<RawValue> {
+    raw("null".into())
+}
+
 /// `MaskField`'s value for `value`: its type's empty value, or the replacement where the
 /// type can take it (a string, or a number for a number).
-fn masked(value: &Value, replacement: Option<&str>) -> Result<Value, String> {
-    Ok(match (value, replacement) {
-        (Value::Bool(_), None) => Value::Bool(false),
-        (Value::Number(_), None) => Value::from(0),
-        (Value::String(_), None) => Value::String(String::new()),
-        (Value::Array(_), None) => Value::Array(Vec::new()),
-        (Value::Object(_), None) => Value::Object(Map::new()),
-        (Value::String(_), Some(text)) => Value::String(text.to_string()),
-        (Value::Number(_), Some(text)) => {
+fn masked(value: &RawValue, replacement: Option<&str>) -> Result<Box<RawValue>, String> {
+    let empty = match value.get().as_bytes().first() {
+        Some(b'{') => "{}",
+        Some(b'[') => "[]",
+        Some(b'"') => "\"\"",
+        Some(b't' | b'f') => "false",
+        Some(b'n') => "null",
+        _ => "0",
+    };
+    let Some(text) = replacement else { return Ok(raw(empty.into())) };
+    match empty {
+        "\"\"" => Ok(raw(quoted(text))),
+        "0" => {
             let text = text.trim();
             let number = match text.parse::<i64>() {
                 Ok(whole) => Some(serde_json::Number::from(whole)),
                 Err(_) => text.parse::<f64>().ok().and_then(serde_json::Number::from_f64),
             };
-            Value::Number(number.ok_or_else(|| format!("replacement '{text}' is not a number, and the field is one"))?)
+            let number = number.ok_or_else(|| format!("replacement '{text}' is not a number, and the field is one"))?;
+            Ok(raw(number.to_string()))
         }
-        (_, Some(_)) => return Err("a replacement only masks a string or a number".into()),
-        (Value::Null, None) => Value::Null,
-    })
+        "null" => Ok(null()),
+        _ => Err("a replacement only masks a string or a number".into()),
+    }
 }
 
-fn not_an_object(what: &str, value: Option<&Value>) -> String {
-    let is = match value {
-        None => "there is none",
-        Some(Value::Null) => "it is null",
-        Some(Value::Bool(_)) => "it is a boolean",
-        Some(Value::Number(_)) => "it is a number",
-        Some(Value::String(_)) => "it is a string",
-        Some(Value::Array(_)) => "it is an array",
-        Some(Value::Object(_)) => "it is an object",
-    };
+fn not_an_object(what: &str, value: Option<&Json>) -> String {
+    let is = value.map_or("there is none", Json::kind);
     format!("the {what} must be a JSON object, and {is}")
 }
 
