@@ -343,3 +343,27 @@ fn has_header(builder: &RecordBatchBuilder, headers: &[(Part, Part)], name: &str
     }
     Ok(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_read_with_its_fields_in_order_and_written_back_as_it_was() {
+        let Json::Object(fields) = Json::parse(b" {\"b\":1.50, \"a\":[1, 2],\"b\":\"x\"}\n").unwrap() else {
+            panic!("an object")
+        };
+        let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["b", "a", "b"]);
+        assert_eq!(field(&fields, "b").unwrap().get(), "\"x\"", "the last of a name, as a map keeps");
+        assert_eq!(Json::Object(fields).write().get(), r#"{"b":1.50,"a":[1, 2],"b":"x"}"#);
+        assert!(matches!(Json::parse(b" \"text\" ").unwrap(), Json::Other(raw) if raw.get() == "\"text\""));
+        assert!(Json::parse(b"{\"a\":1} trailing").is_err());
+        for (value, empty) in [("true", "false"), ("-3e2", "0"), ("\"s\"", "\"\""), ("[1]", "[]"), ("{}", "{}")] {
+            assert_eq!(masked(&raw(value.into()), None).unwrap().get(), empty, "{value}");
+        }
+        assert_eq!(masked(&raw("7".into()), Some(" 0042 ")).unwrap().get(), "42");
+        assert_eq!(masked(&raw("7".into()), Some("1.5")).unwrap().get(), "1.5");
+        assert!(masked(&raw("true".into()), Some("x")).is_err());
+    }
+}
