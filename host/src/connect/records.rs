@@ -231,7 +231,7 @@ pub fn check_batch(
                 human_bytes(sandbox.record_max_bytes)
             ))
         } else {
-            check_record(record, now_ms, transforms, &mut shared, &mut builder)
+            check_record(record, now_ms, transforms, sandbox.record_max_bytes, &mut shared, &mut builder)
                 .map_err(|reason| format!("record {index} of the poll batch refused: {reason}"))
         };
         match checked {
@@ -354,6 +354,7 @@ fn check_record(
     record: &BatchRecord,
     now_ms: i64,
     transforms: &Transforms,
+    record_max_bytes: u64,
     shared: &mut Shared,
     builder: &mut RecordBatchBuilder,
 ) -> Result<(), String> {
@@ -390,6 +391,23 @@ fn check_record(
         check_topic(&routed)
             .map_err(|reason| format!("transform '{alias}' routed it to a topic Kafka refuses: {reason}"))?;
         topic = builder.topic(Arc::from(routed));
+    }
+    // What the transforms added counts toward the record cap too.
+    let part_len = |part: Option<Part>| u64::from(part.map_or(0, |p| p.len));
+    let size = part_len(transformed.key)
+        + part_len(transformed.value)
+        + transformed
+            .headers
+            .iter()
+            .map(|(k, v)| part_len(Some(*k)) + part_len(Some(*v)) + HEADER_OVERHEAD)
+            .sum::<u64>()
+        + RECORD_OVERHEAD;
+    if size > record_max_bytes {
+        return Err(format!(
+            "transformed, it is {}, more than sandbox.record.max.bytes ({})",
+            human_bytes(size),
+            human_bytes(record_max_bytes)
+        ));
     }
     builder.push(topic, partition, offset, transformed.key, transformed.value, transformed.headers, timestamp_ms)
 }
@@ -644,6 +662,19 @@ mod tests {
             .unwrap_err();
         assert!(
             error.contains("record 0 of the poll batch refused: transform 'route' routed it to a topic Kafka refuses"),
+            "{error}"
+        );
+        let stamp = chain(&[
+            ("transforms", "stamp"),
+            ("transforms.stamp.type", "InsertHeader"),
+            ("transforms.stamp.header", "h"),
+            ("transforms.stamp.value.literal", &"x".repeat(2000)),
+        ]);
+        let sandbox = SandboxSettings { record_max_bytes: 1024, ..SandboxSettings::default() };
+        let batch = PollBatch::from_records(vec![source_record(r#"{"p":1}"#, r#"{"n":1}"#, 1)]);
+        let error = check_batch(batch, &sandbox, &ErrorHandling::default(), &stamp, 0, &source).unwrap_err();
+        assert!(
+            error.ends_with("transformed, it is 2099 bytes, more than sandbox.record.max.bytes (1 KiB)"),
             "{error}"
         );
         let transforms = chain(&[("transforms", "route"), ("transforms.route.type", "TimestampRouter")]);
