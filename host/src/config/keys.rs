@@ -467,11 +467,7 @@ impl ConnectorSettings {
             }
         };
         let millis = |key: &'static str| positive(key).map(Duration::from_millis);
-        let boolean = |key: &'static str| match text(key).trim().to_ascii_lowercase().as_str() {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            other => Err((key, format!("'{other}' is not true or false"))),
-        };
+        let boolean = |key: &'static str| parse_bool(text(key)).map_err(|reason| (key, reason));
         let tasks_max = positive(TASKS_MAX)?;
         let tasks_max = u32::try_from(tasks_max).map_err(|_| (TASKS_MAX, format!("{tasks_max} is too large")))?;
         let tasks_max_enforce = boolean(TASKS_MAX_ENFORCE)?;
@@ -585,6 +581,15 @@ impl ConnectorSettings {
             kafka,
             transforms: super::Transforms::default(),
         })
+    }
+}
+
+/// `true` or `false`, in any case, as Kafka Connect's boolean keys take them.
+pub fn parse_bool(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(format!("'{other}' is not true or false")),
     }
 }
 

@@ -14,6 +14,8 @@ use std::sync::Arc;
 
 use regex::Regex;
 
+use super::keys::parse_bool;
+
 pub const TRANSFORMS: &str = "transforms";
 pub const PREDICATES: &str = "predicates";
 
@@ -235,49 +237,12 @@ impl Transforms {
                 "Filter" => Transform::Filter,
                 "ValueToKey" => Transform::ValueToKey { fields: list(required(&key("fields"), read(key("fields")))?) },
                 _ => match field_transform(simple) {
-                    Some(Ok((part, base))) => {
-                        let change = match base {
-                            "InsertField" => insert_field(&key, &mut read)?,
-                            "ReplaceField" => {
-                                // `blacklist` and `whitelist` are Connect's names before 2.6.
-                                let exclude = read(key("exclude")).or_else(|| read(key("blacklist")));
-                                let include = read(key("include")).or_else(|| read(key("whitelist")));
-                                let renames = list(read(key("renames")).unwrap_or_default())
-                                    .into_iter()
-                                    .map(|pair| match pair.split_once(':') {
-                                        Some((from, to)) if !from.is_empty() && !to.is_empty() => {
-                                            Ok((from.to_string(), to.to_string()))
-                                        }
-                                        _ => Err((key("renames"), format!("'{pair}' is not old:new"))),
-                                    })
-                                    .collect::<Result<_, _>>()?;
-                                FieldChange::Replace {
-                                    exclude: list(exclude.unwrap_or_default()),
-                                    include: list(include.unwrap_or_default()),
-                                    renames,
-                                }
-                            }
-                            "MaskField" => FieldChange::Mask {
-                                fields: list(required(&key("fields"), read(key("fields")))?),
-                                replacement: read(key("replacement")).map(String::from),
-                            },
-                            "ExtractField" => {
-                                FieldChange::Extract { field: required(&key("field"), read(key("field")))?.to_string() }
-                            }
-                            _ => FieldChange::Hoist { field: required(&key("field"), read(key("field")))?.to_string() },
-                        };
-                        Transform::Field { part, change }
-                    }
+                    Some(Ok((part, base))) => Transform::Field { part, change: field_change(base, &key, &mut read)? },
                     Some(Err(reason)) => return Err((key("type"), reason)),
                     None => return Err((key("type"), unsupported_transform(class, simple))),
                 },
             };
-            let negate = match read(key("negate")).map(|v| v.trim().to_ascii_lowercase()) {
-                None => None,
-                Some(v) if v == "true" => Some(true),
-                Some(v) if v == "false" => Some(false),
-                Some(v) => return Err((key("negate"), format!("'{v}' is not true or false"))),
-            };
+            let negate = read(key("negate")).map(parse_bool).transpose().map_err(|reason| (key("negate"), reason))?;
             let predicate = match read(key("predicate")).map(str::trim) {
                 None | Some("") if negate == Some(true) => {
                     return Err((key("negate"), format!("set without {} to negate", key("predicate"))));
@@ -308,6 +273,40 @@ fn field_transform(simple: &str) -> Option<Result<(RecordPart, &str), String>> {
         "Key" => Ok((RecordPart::Key, base)),
         "Value" => Ok((RecordPart::Value, base)),
         _ => Err(format!("'{simple}' names no part of the record: {base}$Key or {base}$Value")),
+    })
+}
+
+/// The keys of a field transform whose base class name is `base`.
+fn field_change<'a>(
+    base: &str,
+    key: &dyn Fn(&str) -> String,
+    read: &mut dyn FnMut(String) -> Option<&'a str>,
+) -> Result<FieldChange, TransformProblem> {
+    Ok(match base {
+        "InsertField" => insert_field(key, read)?,
+        "ReplaceField" => {
+            // `blacklist` and `whitelist` are Connect's names before 2.6.
+            let exclude = read(key("exclude")).or_else(|| read(key("blacklist")));
+            let include = read(key("include")).or_else(|| read(key("whitelist")));
+            let renames = list(read(key("renames")).unwrap_or_default())
+                .into_iter()
+                .map(|pair| match pair.split_once(':') {
+                    Some((from, to)) if !from.is_empty() && !to.is_empty() => Ok((from.to_string(), to.to_string())),
+                    _ => Err((key("renames"), format!("'{pair}' is not old:new"))),
+                })
+                .collect::<Result<_, _>>()?;
+            FieldChange::Replace {
+                exclude: list(exclude.unwrap_or_default()),
+                include: list(include.unwrap_or_default()),
+                renames,
+            }
+        }
+        "MaskField" => FieldChange::Mask {
+            fields: list(required(&key("fields"), read(key("fields")))?),
+            replacement: read(key("replacement")).map(String::from),
+        },
+        "ExtractField" => FieldChange::Extract { field: required(&key("field"), read(key("field")))?.to_string() },
+        _ => FieldChange::Hoist { field: required(&key("field"), read(key("field")))?.to_string() },
     })
 }
 
@@ -352,12 +351,9 @@ fn list(value: &str) -> Vec<String> {
 }
 
 fn aliases(key: &str, value: Option<&str>) -> Result<Vec<String>, TransformProblem> {
-    let mut aliases: Vec<String> = Vec::new();
-    for alias in value.unwrap_or_default().split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        if aliases.iter().any(|a| a == alias) {
-            return Err((key.into(), format!("alias '{alias}' is listed twice")));
-        }
-        aliases.push(alias.to_string());
+    let aliases = list(value.unwrap_or_default());
+    if let Some((_, alias)) = aliases.iter().enumerate().find(|(index, alias)| aliases[..*index].contains(alias)) {
+        return Err((key.into(), format!("alias '{alias}' is listed twice")));
     }
     Ok(aliases)
 }

@@ -105,7 +105,12 @@ pub(super) async fn problems(services: &Services, config: &ConnectorConfig, runn
 
 /// `transforms`, `predicates` and the keys of their aliases.
 fn is_transform_key(key: &str) -> bool {
-    [TRANSFORMS, PREDICATES].iter().any(|k| key == *k || key.strip_prefix(k).is_some_and(|rest| rest.starts_with('.')))
+    [TRANSFORMS, PREDICATES].iter().any(|prefix| is_or_under(key, prefix))
+}
+
+/// Whether `key` is `prefix` or one of its dotted sub-keys (`prefix.…`).
+fn is_or_under(key: &str, prefix: &str) -> bool {
+    key.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 fn check_fuel(services: &Services, config: &ConnectorConfig, settings: &ConnectorSettings) -> Result<(), ConfigError> {
@@ -290,9 +295,7 @@ fn unknown_keys(config: &ConnectorConfig, plugin: &Plugin, transforms: &Transfor
 /// Why a key of Kafka Connect's connector configs means nothing to Sluice, for a config
 /// brought over from Connect.
 fn connect_key_that_does_not_apply(key: &str) -> Option<&'static str> {
-    let converter = ["key.converter", "value.converter", "header.converter"]
-        .iter()
-        .any(|c| key == *c || key.strip_prefix(c).is_some_and(|rest| rest.starts_with('.')));
+    let converter = ["key.converter", "value.converter", "header.converter"].iter().any(|c| is_or_under(key, c));
     match key {
         _ if converter => Some(
             "a plugin hands the host bytes, and destinations get them as they are (as with Connect's ByteArrayConverter)",

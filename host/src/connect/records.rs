@@ -122,10 +122,11 @@ impl Shared {
     /// count twice: they are delivered twice.
     fn record_size(&self, record: &BatchRecord) -> u64 {
         let headers = self.headers.get(Self::range(record.headers)).unwrap_or_default();
-        record.key.map_or(0, |s| self.size(s))
-            + record.value.map_or(0, |s| self.size(s))
-            + headers.iter().map(|h| self.size(h.key) + self.size(h.value) + HEADER_OVERHEAD).sum::<u64>()
-            + RECORD_OVERHEAD
+        record_size(
+            record.key.map_or(0, |s| self.size(s)),
+            record.value.map_or(0, |s| self.size(s)),
+            headers.iter().map(|h| (self.size(h.key), self.size(h.value))),
+        )
     }
 
     /// The canonical partition a record names, or why it names none.
@@ -136,6 +137,11 @@ impl Shared {
             None => Err(format!("partition {index} is not one of the batch's {} partitions", self.partitions.len())),
         }
     }
+}
+
+/// A record's size as the caps count it, from the lengths of its key, value and headers.
+fn record_size(key: u64, value: u64, headers: impl Iterator<Item = (u64, u64)>) -> u64 {
+    key + value + headers.map(|(key, value)| key + value + HEADER_OVERHEAD).sum::<u64>() + RECORD_OVERHEAD
 }
 
 /// Where the latest offset of each partition a batch advances is: the canonical partition
@@ -393,15 +399,9 @@ fn check_record(
         topic = builder.topic(Arc::from(routed));
     }
     // What the transforms added counts toward the record cap too.
-    let part_len = |part: Option<Part>| u64::from(part.map_or(0, |p| p.len));
-    let size = part_len(transformed.key)
-        + part_len(transformed.value)
-        + transformed
-            .headers
-            .iter()
-            .map(|(k, v)| part_len(Some(*k)) + part_len(Some(*v)) + HEADER_OVERHEAD)
-            .sum::<u64>()
-        + RECORD_OVERHEAD;
+    let len = |part: Option<Part>| u64::from(part.map_or(0, |p| p.len));
+    let headers = transformed.headers.iter().map(|(key, value)| (u64::from(key.len), u64::from(value.len)));
+    let size = record_size(len(transformed.key), len(transformed.value), headers);
     if size > record_max_bytes {
         return Err(format!(
             "transformed, it is {}, more than sandbox.record.max.bytes ({})",
