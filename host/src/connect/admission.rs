@@ -324,7 +324,10 @@ fn nearest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
         }
         row[b.len()]
     };
-    known.iter().map(|k| (distance(key, k), *k)).filter(|(d, k)| *d <= 2.max(k.len() / 4)).min().map(|(_, k)| k)
+    // Close relative to the shorter word: two edits make `rate` into `name`, which is no
+    // typo of it, but one makes `tasks.mx` into `tasks.max`.
+    let close = |d: usize, k: &str| d <= 1.max(key.chars().count().min(k.chars().count()) / 3);
+    known.iter().map(|k| (distance(key, k), *k)).filter(|(d, k)| close(*d, k)).min().map(|(_, k)| k)
 }
 
 /// The tenant's rules: it exists, grants stay inside its roots, and its quotas hold.
@@ -426,5 +429,11 @@ mod tests {
         assert_eq!(nearest("tasks.mx", &known), Some("tasks.max"));
         assert_eq!(nearest("fs.listing.dir.path", &known), Some("fs.listing.directory.path"));
         assert_eq!(nearest("bogus.key", &known), None);
+        let known = ["name", "topic", "tasks.max", "records.per.second"];
+        assert_eq!(nearest("topc", &known), Some("topic"));
+        assert_eq!(nearest("tasks_max", &known), Some("tasks.max"));
+        // Two edits from `name`, but half of a short word is no typo.
+        assert_eq!(nearest("rate", &known), None);
+        assert_eq!(nearest("nme", &known), Some("name"));
     }
 }
