@@ -1,8 +1,8 @@
 //! Kafka Connect's transforms (`transforms`, `predicates`) on real connectors' records:
 //! routed and stamped records reach the local log under their new topic, dropped ones
 //! are not delivered but their offsets commit, JSON lines are reshaped (a line that is
-//! not JSON refused alone), and a transform Sluice does not run is refused with its key
-//! named.
+//! not JSON refused alone; nested objects flattened, fields cast and moved into headers),
+//! and a transform Sluice does not run is refused with its key named.
 
 use sluice::config::{ConnectorConfig, DEFAULT_TENANT};
 use sluice::storage::{Namespace, State};
@@ -83,14 +83,16 @@ fn a_transform_sluice_does_not_run_is_refused_naming_its_key() {
         let text = serde_json::json!({"name": "c", "config": config}).to_string();
         ConnectorConfig::from_json(&text, "c.json").expect_err("refused")
     };
-    let error = refused(&[("transforms.x.type", "org.apache.kafka.connect.transforms.Cast$Value")]);
+    let error = refused(&[("transforms.x.type", "org.apache.kafka.connect.transforms.SetSchemaMetadata$Value")]);
     assert_eq!(error.key.as_deref(), Some("transforms.x.type"));
     assert!(
         error.to_string().starts_with(
-            "c.json: transforms.x.type: 'org.apache.kafka.connect.transforms.Cast$Value' needs a schema'd value"
+            "c.json: transforms.x.type: 'org.apache.kafka.connect.transforms.SetSchemaMetadata$Value' sets a schema's name and version"
         ),
         "{error}"
     );
+    let error = refused(&[("transforms.x.type", "Cast$Value"), ("transforms.x.spec", "n:decimal")]);
+    assert_eq!(error.key.as_deref(), Some("transforms.x.spec"));
     assert_eq!(refused(&[]).key.as_deref(), Some("transforms.x.type"));
     let error = refused(&[
         ("transforms.x.type", "RegexRouter"),
@@ -131,4 +133,60 @@ async fn json_lines_are_reshaped_and_a_line_that_is_not_json_is_refused_alone() 
     wait_until("the three JSON lines", || (host.keyed_values("lines").len() >= 3).then_some(())).await;
     assert_eq!(host.keyed_values("lines"), expected);
     assert_eq!(host.status("events").unwrap().tasks[0].state, State::Running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_json_is_flattened_cast_and_moved_into_headers() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let lines = [
+        r#"{"id":7,"device":{"name":"pump","site":{"room":"b2"}},"reading":{"temp":"21.5","ok":1},"tags":[1,{"x":2}]}"#,
+        r#"{"id":8,"device":{"name":"fan","site":{}},"reading":{"temp":"hot","ok":0}}"#,
+        r#"{"id":9,"device":{"name":"fan"},"reading":{"temp":"-4","ok":0}}"#,
+    ];
+    std::fs::write(dirs.inbox.path().join("readings.json"), lines.join("\n") + "\n").unwrap();
+    let extra = [
+        ("errors.tolerance", "all"),
+        ("transforms", "flat,cast,name"),
+        ("transforms.flat.type", "org.apache.kafka.connect.transforms.Flatten$Value"),
+        ("transforms.flat.delimiter", "_"),
+        ("transforms.cast.type", "org.apache.kafka.connect.transforms.Cast$Value"),
+        ("transforms.cast.spec", "reading_temp:float64,reading_ok:boolean,id:string"),
+        ("transforms.name.type", "org.apache.kafka.connect.transforms.HeaderFrom$Value"),
+        ("transforms.name.fields", "device_name,id"),
+        ("transforms.name.headers", "device,record.id"),
+        ("transforms.name.operation", "move"),
+    ];
+    host.start(pulse("flat", &dirs.config(&extra))).await;
+    let refused = wait_until("the line whose temp is no number refused", || {
+        let status = host.status("flat")?;
+        let task = status.tasks.first()?;
+        (task.records_refused == 1).then_some(task.records_refused)
+    })
+    .await;
+    assert_eq!(refused, 1);
+    wait_until("the two other lines", || (host.values("lines").len() >= 2).then_some(())).await;
+    assert_eq!(
+        host.values("lines"),
+        [
+            r#"{"device_site_room":"b2","reading_temp":21.5,"reading_ok":true,"tags":[1,{"x":2}]}"#,
+            r#"{"reading_temp":-4.0,"reading_ok":false}"#,
+        ]
+    );
+    let stored = host.herder.services().stores.local().read(DEFAULT_TENANT, "lines", 0, 10).unwrap();
+    let moved: Vec<Vec<(String, String)>> = stored
+        .iter()
+        .map(|record| {
+            let headers = record.record.headers.iter();
+            headers
+                .filter(|(key, _)| !key.starts_with("file."))
+                .map(|(key, value)| (key.to_string(), String::from_utf8(value.to_vec()).unwrap()))
+                .collect()
+        })
+        .collect();
+    let pairs = |list: [(&str, &str); 2]| list.map(|(k, v)| (k.to_string(), v.to_string())).to_vec();
+    assert_eq!(
+        moved,
+        [pairs([("device", "pump"), ("record.id", "7")]), pairs([("device", "fan"), ("record.id", "9")])]
+    );
 }

@@ -247,7 +247,7 @@ pub fn document() -> Value {
         "/connector-plugins": {
             "get": operation(
                 "The plugins in the plugin folder",
-                vec![bool_query("connectorsOnly", "Only connectors (every plugin is one)")],
+                vec![bool_query("connectorsOnly", "Only connectors (the default); false lists the transforms and predicates the host runs too (KIP-769)")],
                 None,
                 &[("200", "Plugins", Some(json!({ "type": "array", "items": schema_ref("PluginInfo") })))],
             ),

@@ -22,18 +22,29 @@ type Shared = State<Arc<ApiState>>;
 /// The group Connect puts its own connector keys in.
 const COMMON_GROUP: &str = "Common";
 
-/// `GET /connector-plugins[?connectorsOnly=]`: every plugin is a source connector.
+/// `GET /connector-plugins[?connectorsOnly=]`: every plugin is a source connector; with
+/// `connectorsOnly=false` (KIP-769) the transforms and predicates the host runs follow,
+/// as Connect lists its own.
 pub async fn list(State(state): Shared, RawQuery(query): RawQuery) -> Result<Json<Value>, ApiError> {
     let pairs = query_pairs(query.as_deref())?;
-    bool_param(&pairs, "connectorsOnly")?;
+    let connectors_only =
+        !pairs.iter().any(|(key, _)| key == "connectorsOnly") || bool_param(&pairs, "connectorsOnly")?;
     state.herder.registry().whole_folder_loaded().await;
-    let plugins: Vec<Value> = state
+    let mut plugins: Vec<Value> = state
         .herder
         .registry()
         .plugins()
         .iter()
         .map(|p| json!({ "class": p.name, "type": "source", "version": p.version }))
         .collect();
+    if !connectors_only {
+        let version = env!("CARGO_PKG_VERSION");
+        plugins.extend(
+            crate::config::transforms::plugin_classes()
+                .into_iter()
+                .map(|(class, kind)| json!({ "class": class, "type": kind, "version": version })),
+        );
+    }
     Ok(Json(Value::Array(plugins)))
 }
 

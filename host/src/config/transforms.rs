@@ -5,7 +5,7 @@
 //! the transforms that need no schema: the routers, header inserts and drops, `Filter`
 //! with predicates, and the field transforms on keys and values that are JSON objects, as
 //! Connect runs them on schemaless values (`InsertField`, `ReplaceField`, `MaskField`,
-//! `ExtractField`, `HoistField`, `ValueToKey`). Any other class is refused by name, never
+//! `ExtractField`, `HoistField`, `Flatten`, `Cast`, `HeaderFrom`, `ValueToKey`). Any other class is refused by name, never
 //! ignored: a config that says to route, drop or reshape records and silently does not
 //! would be the worst kind of wrong. Applying the chain to records is the record checks'
 //! (`connect::records`, `connect::transforms`).
@@ -24,9 +24,25 @@ const PREDICATE_PACKAGE: &str = "org.apache.kafka.connect.transforms.predicates.
 
 /// The transforms Sluice runs, by Connect's simple class name (the full name
 /// `org.apache.kafka.connect.transforms.<name>` works too).
-const SUPPORTED: &str = "RegexRouter, TimestampRouter, InsertHeader, DropHeaders, Filter, and on JSON objects InsertField, ReplaceField, MaskField, ExtractField, HoistField ($Key or $Value) and ValueToKey";
-/// Connect's transforms that need a schema, or types JSON does not have.
-const NEEDS_SCHEMA: &[&str] = &["Cast", "Flatten", "HeaderFrom", "SetSchemaMetadata", "TimestampConverter"];
+const SUPPORTED: &str = "RegexRouter, TimestampRouter, InsertHeader, DropHeaders, Filter, and on JSON objects InsertField, ReplaceField, MaskField, ExtractField, HoistField, Flatten, Cast, HeaderFrom ($Key or $Value) and ValueToKey";
+/// The field transforms, by base name (the class adds `$Key` or `$Value`).
+const FIELD_TRANSFORMS: &[&str] =
+    &["InsertField", "ReplaceField", "MaskField", "ExtractField", "HoistField", "Flatten", "Cast", "HeaderFrom"];
+
+/// The classes of the transforms and predicates Sluice runs, each with its plugin type
+/// (`transformation` or `predicate`), as `GET /connector-plugins?connectorsOnly=false`
+/// lists Connect's (KIP-769): sorted by class within each type.
+pub fn plugin_classes() -> Vec<(String, &'static str)> {
+    let plain = ["DropHeaders", "Filter", "InsertHeader", "RegexRouter", "TimestampRouter", "ValueToKey"];
+    let mut transforms: Vec<String> = plain.iter().map(|name| format!("{PACKAGE}{name}")).collect();
+    for base in FIELD_TRANSFORMS {
+        transforms.extend(["Key", "Value"].map(|part| format!("{PACKAGE}{base}${part}")));
+    }
+    transforms.sort();
+    let predicates = ["HasHeaderKey", "RecordIsTombstone", "TopicNameMatches"];
+    let transforms = transforms.into_iter().map(|class| (class, "transformation"));
+    transforms.chain(predicates.map(|name| (format!("{PREDICATE_PACKAGE}{name}"), "predicate"))).collect()
+}
 
 /// A connector's transforms, in the order `transforms` lists them; none by default.
 #[derive(Clone, Debug, Default)]
@@ -70,6 +86,9 @@ pub enum Transform {
     Field { part: RecordPart, change: FieldChange },
     /// The key becomes an object of these fields of the value.
     ValueToKey { fields: Vec<String> },
+    /// Each of `fields` of the key or value (a JSON object) becomes the header of the same
+    /// place in `headers`; `copy: false` (Connect's `operation=move`) also removes the field.
+    HeaderFrom { part: RecordPart, fields: Vec<String>, headers: Vec<String>, copy: bool },
 }
 
 /// Which part of a record a field transform reshapes.
@@ -92,6 +111,40 @@ pub enum FieldChange {
     Extract { field: String },
     /// `HoistField`: the part becomes an object holding it under this name.
     Hoist { field: String },
+    /// `Flatten`: each field of a nested object becomes a top-level field named by its path,
+    /// the names joined with `delimiter`.
+    Flatten { delimiter: String },
+    /// `Cast`: the whole part (a JSON primitive), or these fields of it, cast to a type.
+    Cast { whole: Option<CastType>, fields: Vec<(String, CastType)> },
+}
+
+/// The types `Cast` casts to: Connect's primitive schema types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CastType {
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Float32,
+    Float64,
+    Boolean,
+    String,
+}
+
+impl CastType {
+    fn parse(name: &str) -> Option<CastType> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "int8" => CastType::Int8,
+            "int16" => CastType::Int16,
+            "int32" => CastType::Int32,
+            "int64" => CastType::Int64,
+            "float32" => CastType::Float32,
+            "float64" => CastType::Float64,
+            "boolean" => CastType::Boolean,
+            "string" => CastType::String,
+            _ => return None,
+        })
+    }
 }
 
 impl Transform {
@@ -103,6 +156,8 @@ impl Transform {
             Transform::DropHeaders { .. } => "DropHeaders",
             Transform::Filter => "Filter",
             Transform::ValueToKey { .. } => "ValueToKey",
+            Transform::HeaderFrom { part: RecordPart::Key, .. } => "HeaderFrom$Key",
+            Transform::HeaderFrom { part: RecordPart::Value, .. } => "HeaderFrom$Value",
             Transform::Field { part, change } => match (change, part) {
                 (FieldChange::Insert { .. }, RecordPart::Key) => "InsertField$Key",
                 (FieldChange::Insert { .. }, RecordPart::Value) => "InsertField$Value",
@@ -114,6 +169,10 @@ impl Transform {
                 (FieldChange::Extract { .. }, RecordPart::Value) => "ExtractField$Value",
                 (FieldChange::Hoist { .. }, RecordPart::Key) => "HoistField$Key",
                 (FieldChange::Hoist { .. }, RecordPart::Value) => "HoistField$Value",
+                (FieldChange::Flatten { .. }, RecordPart::Key) => "Flatten$Key",
+                (FieldChange::Flatten { .. }, RecordPart::Value) => "Flatten$Value",
+                (FieldChange::Cast { .. }, RecordPart::Key) => "Cast$Key",
+                (FieldChange::Cast { .. }, RecordPart::Value) => "Cast$Value",
             },
         }
     }
@@ -237,6 +296,7 @@ impl Transforms {
                 "Filter" => Transform::Filter,
                 "ValueToKey" => Transform::ValueToKey { fields: list(required(&key("fields"), read(key("fields")))?) },
                 _ => match field_transform(simple) {
+                    Some(Ok((part, "HeaderFrom"))) => header_from(part, &key, &mut read)?,
                     Some(Ok((part, base))) => Transform::Field { part, change: field_change(base, &key, &mut read)? },
                     Some(Err(reason)) => return Err((key("type"), reason)),
                     None => return Err((key("type"), unsupported_transform(class, simple))),
@@ -266,7 +326,7 @@ impl Transforms {
 /// `None` when the class is not one of them.
 fn field_transform(simple: &str) -> Option<Result<(RecordPart, &str), String>> {
     let (base, part) = simple.split_once('$').unwrap_or((simple, ""));
-    if !["InsertField", "ReplaceField", "MaskField", "ExtractField", "HoistField"].contains(&base) {
+    if !FIELD_TRANSFORMS.contains(&base) {
         return None;
     }
     Some(match part {
@@ -306,8 +366,64 @@ fn field_change<'a>(
             replacement: read(key("replacement")).map(String::from),
         },
         "ExtractField" => FieldChange::Extract { field: required(&key("field"), read(key("field")))?.to_string() },
-        _ => FieldChange::Hoist { field: required(&key("field"), read(key("field")))?.to_string() },
+        "HoistField" => FieldChange::Hoist { field: required(&key("field"), read(key("field")))?.to_string() },
+        "Flatten" => FieldChange::Flatten { delimiter: read(key("delimiter")).unwrap_or(".").to_string() },
+        _ => cast_spec(&key("spec"), required(&key("spec"), read(key("spec")))?)?,
     })
+}
+
+/// `Cast`'s `spec`: one type for the whole key or value, or `field:type` pairs.
+fn cast_spec(key: &str, spec: &str) -> Result<FieldChange, TransformProblem> {
+    let type_of = |name: &str| {
+        CastType::parse(name).ok_or_else(|| {
+            (
+                key.to_string(),
+                format!(
+                    "'{}' is not a type Cast casts to: int8, int16, int32, int64, float32, float64, boolean, string",
+                    name.trim()
+                ),
+            )
+        })
+    };
+    let entries = list(spec);
+    if let [only] = entries.as_slice()
+        && !only.contains(':')
+    {
+        return Ok(FieldChange::Cast { whole: Some(type_of(only)?), fields: Vec::new() });
+    }
+    let fields = entries
+        .iter()
+        .map(|entry| match entry.split_once(':') {
+            Some((field, to)) if !field.trim().is_empty() => Ok((field.trim().to_string(), type_of(to)?)),
+            _ => Err((
+                key.to_string(),
+                format!("'{entry}' is not field:type (a type alone casts the whole value, and only as the one entry)"),
+            )),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(FieldChange::Cast { whole: None, fields })
+}
+
+/// `HeaderFrom`'s keys: `fields` and `headers` of one length, and `operation`.
+fn header_from<'a>(
+    part: RecordPart,
+    key: &dyn Fn(&str) -> String,
+    read: &mut dyn FnMut(String) -> Option<&'a str>,
+) -> Result<Transform, TransformProblem> {
+    let fields = list(required(&key("fields"), read(key("fields")))?);
+    let headers = list(required(&key("headers"), read(key("headers")))?);
+    if fields.len() != headers.len() {
+        return Err((
+            key("headers"),
+            format!("lists {} headers for {} fields: each field needs its header", headers.len(), fields.len()),
+        ));
+    }
+    let copy = match required(&key("operation"), read(key("operation")))?.trim().to_ascii_lowercase().as_str() {
+        "copy" => true,
+        "move" => false,
+        other => return Err((key("operation"), format!("'{other}' is neither move nor copy"))),
+    };
+    Ok(Transform::HeaderFrom { part, fields, headers, copy })
 }
 
 /// `InsertField`'s keys. A name may end in `!` or `?` (required or optional in Connect,
@@ -374,13 +490,14 @@ fn class_name<'a>(key: &str, value: Option<&'a str>, package: &str) -> Result<(&
 }
 
 fn unsupported_transform(class: &str, simple: &str) -> String {
-    let base = simple.split('$').next().unwrap_or(simple);
-    if NEEDS_SCHEMA.contains(&base) {
-        format!(
-            "'{class}' needs a schema'd value, and Sluice's records are bytes: it runs {SUPPORTED}; shape the value in the connector instead"
-        )
-    } else {
-        format!("'{class}' is not a transform Sluice has: it runs {SUPPORTED} ({PACKAGE}*)")
+    match simple.split('$').next().unwrap_or(simple) {
+        "SetSchemaMetadata" => format!(
+            "'{class}' sets a schema's name and version, and Sluice's records carry no schema: it runs {SUPPORTED}"
+        ),
+        "TimestampConverter" => format!(
+            "'{class}' is not one Sluice runs yet: it runs {SUPPORTED}; convert the timestamp in the connector instead"
+        ),
+        _ => format!("'{class}' is not a transform Sluice has: it runs {SUPPORTED} ({PACKAGE}*)"),
     }
 }
 
@@ -591,10 +708,41 @@ mod tests {
         ]);
         assert_eq!(key, "transforms.r.regex");
         assert_eq!(reason, "'(unclosed' is not a regular expression: unclosed group");
-        let (key, reason) =
-            problem(&[("transforms", "f"), ("transforms.f.type", "org.apache.kafka.connect.transforms.Cast$Value")]);
+        let (key, reason) = problem(&[
+            ("transforms", "f"),
+            ("transforms.f.type", "org.apache.kafka.connect.transforms.SetSchemaMetadata$Value"),
+        ]);
         assert_eq!(key, "transforms.f.type");
-        assert!(reason.contains("schema'd value"), "{reason}");
+        assert!(reason.contains("carry no schema"), "{reason}");
+        let cast = |spec: &'static str| {
+            problem(&[("transforms", "c"), ("transforms.c.type", "Cast$Value"), ("transforms.c.spec", spec)])
+        };
+        let (key, reason) = cast("a:int32,b:decimal");
+        assert_eq!(key, "transforms.c.spec");
+        assert!(reason.starts_with("'decimal' is not a type Cast casts to"), "{reason}");
+        assert!(cast("int32,a:int8").1.contains("'int32' is not field:type"));
+        assert!(cast(":int8").1.contains("is not field:type"));
+        let header_from = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = vec![("transforms", "h"), ("transforms.h.type", "HeaderFrom$Value")];
+            pairs.extend_from_slice(extra);
+            problem(&pairs)
+        };
+        assert_eq!(header_from(&[]).0, "transforms.h.fields");
+        let (key, reason) = header_from(&[
+            ("transforms.h.fields", "a,b"),
+            ("transforms.h.headers", "x"),
+            ("transforms.h.operation", "copy"),
+        ]);
+        assert_eq!(
+            (key.as_str(), reason.as_str()),
+            ("transforms.h.headers", "lists 1 headers for 2 fields: each field needs its header")
+        );
+        let (key, reason) = header_from(&[
+            ("transforms.h.fields", "a"),
+            ("transforms.h.headers", "x"),
+            ("transforms.h.operation", "steal"),
+        ]);
+        assert_eq!((key.as_str(), reason.as_str()), ("transforms.h.operation", "'steal' is neither move nor copy"));
         let (key, reason) = problem(&[("transforms", "f"), ("transforms.f.type", "com.example.MyTransform")]);
         assert_eq!(key, "transforms.f.type");
         assert!(reason.contains("is not a transform Sluice has"), "{reason}");
@@ -640,6 +788,71 @@ mod tests {
         ]);
         assert_eq!(key, "transforms.r.replacement");
         assert!(reason.contains("names group 2, and the regex has 1"), "{reason}");
+    }
+
+    #[test]
+    fn flatten_cast_and_header_from_read_connects_keys() {
+        let chain = parse(&[
+            ("transforms", "flat,cast,whole,head"),
+            ("transforms.flat.type", "org.apache.kafka.connect.transforms.Flatten$Value"),
+            ("transforms.flat.delimiter", "_"),
+            ("transforms.cast.type", "Cast$Value"),
+            ("transforms.cast.spec", "a:INT8, b : float64 ,c:string"),
+            ("transforms.whole.type", "Cast$Key"),
+            ("transforms.whole.spec", "int64"),
+            ("transforms.head.type", "HeaderFrom$Key"),
+            ("transforms.head.fields", "id,kind"),
+            ("transforms.head.headers", "x-id, x-kind"),
+            ("transforms.head.operation", "MOVE"),
+        ])
+        .unwrap();
+        let classes: Vec<&str> = chain.steps().iter().map(|s| s.transform.class()).collect();
+        assert_eq!(classes, ["Flatten$Value", "Cast$Value", "Cast$Key", "HeaderFrom$Key"]);
+        let Transform::Field { change: FieldChange::Flatten { delimiter }, .. } = &chain.steps()[0].transform else {
+            panic!()
+        };
+        assert_eq!(delimiter, "_");
+        let Transform::Field { change: FieldChange::Cast { whole: None, fields }, .. } = &chain.steps()[1].transform
+        else {
+            panic!()
+        };
+        let expected = [("a", CastType::Int8), ("b", CastType::Float64), ("c", CastType::String)];
+        assert_eq!(fields.iter().map(|(f, t)| (f.as_str(), *t)).collect::<Vec<_>>(), expected);
+        assert!(matches!(
+            &chain.steps()[2].transform,
+            Transform::Field { part: RecordPart::Key, change: FieldChange::Cast { whole: Some(CastType::Int64), .. } }
+        ));
+        let Transform::HeaderFrom { part: RecordPart::Key, fields, headers, copy: false } = &chain.steps()[3].transform
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (fields.as_slice(), headers.as_slice()),
+            (&["id".to_string(), "kind".into()][..], &["x-id".to_string(), "x-kind".into()][..])
+        );
+        let flat = parse(&[("transforms", "f"), ("transforms.f.type", "Flatten$Key")]).unwrap();
+        assert!(
+            matches!(&flat.steps()[0].transform, Transform::Field { change: FieldChange::Flatten { delimiter }, .. } if delimiter == ".")
+        );
+    }
+
+    #[test]
+    fn every_listed_plugin_class_is_one_a_config_can_name() {
+        let classes = plugin_classes();
+        assert_eq!(
+            classes.iter().filter(|(_, kind)| *kind == "transformation").count(),
+            6 + 2 * FIELD_TRANSFORMS.len()
+        );
+        for (class, kind) in classes {
+            let parsed = if kind == "predicate" {
+                parse(&[("predicates", "p"), ("predicates.p.type", &class)])
+            } else {
+                parse(&[("transforms", "t"), ("transforms.t.type", &class)])
+            };
+            let Err((key, problem)) = parsed else { continue };
+            // Refused only for a key of its own that is missing, never for its class.
+            assert_ne!(key.rsplit('.').next(), Some("type"), "{class}: {problem}");
+        }
     }
 
     #[test]

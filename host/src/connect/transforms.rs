@@ -11,7 +11,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::config::Transforms;
-use crate::config::transforms::{FieldChange, Predicate, RecordPart, Transform, format_date};
+use crate::config::transforms::{CastType, FieldChange, Predicate, RecordPart, Transform, format_date};
 use crate::storage::{Part, RecordBatchBuilder};
 
 /// A record as the transforms leave it: what they changed, as parts of the batch's buffer.
@@ -214,6 +214,25 @@ pub(super) fn apply<'c>(
                 let made = fields.iter().map(|f| (f.clone(), field(object, f).unwrap_or_else(null))).collect();
                 key = Side::Json(Some(Json::Object(made)));
             }
+            Transform::HeaderFrom { part, fields, headers: names, copy } => {
+                let (side, what) = match part {
+                    RecordPart::Key => (&mut key, "key"),
+                    RecordPart::Value => (&mut value, "value"),
+                };
+                let object = match side.json(builder, what).map_err(failed)? {
+                    Some(Json::Object(object)) => object,
+                    other => return Err(failed(not_an_object(what, other.as_ref()))),
+                };
+                for (name, header) in fields.iter().zip(names) {
+                    let text = field(object, name).map(|value| header_text(&value)).unwrap_or_default();
+                    let key = builder.append(header.as_bytes());
+                    let value = builder.append(text.as_bytes());
+                    headers.push((key, value));
+                }
+                if !copy {
+                    object.retain(|(name, _)| !fields.contains(name));
+                }
+            }
         }
     }
     Ok(Some(Transformed { topic: routed, headers, key: key.finish(builder), value: value.finish(builder) }))
@@ -240,6 +259,15 @@ fn reshape(
         FieldChange::Hoist { field } => {
             let inner = json.take().map_or_else(null, |inner| inner.write());
             *json = Some(Json::Object(vec![(field.clone(), inner)]));
+            return Ok(());
+        }
+        FieldChange::Cast { whole: Some(to), .. } => {
+            if let Some(current) = json.take() {
+                let Json::Other(primitive) = current else {
+                    return Err(format!("the {what} must be a JSON primitive to cast it whole, and it is an object"));
+                };
+                *json = Some(Json::Other(cast(&primitive, *to)?));
+            }
             return Ok(());
         }
         _ => {}
@@ -280,9 +308,152 @@ fn reshape(
                 set(object, name, masked);
             }
         }
+        FieldChange::Flatten { delimiter } => {
+            let mut flat = Vec::with_capacity(object.len());
+            flatten("", std::mem::take(object), delimiter, &mut flat)
+                .map_err(|e| format!("the {what} is not JSON ({e})"))?;
+            *object = flat;
+        }
+        FieldChange::Cast { fields, .. } => {
+            for (name, to) in fields {
+                // Connect casts what the field holds; a missing field is cast as a null.
+                let cast = match field(object, name) {
+                    None => null(),
+                    Some(value) => cast(&value, *to).map_err(|reason| format!("{name}: {reason}"))?,
+                };
+                set(object, name, cast);
+            }
+        }
         FieldChange::Extract { .. } | FieldChange::Hoist { .. } => unreachable!("handled above"),
     }
     Ok(())
+}
+
+/// `Flatten`: `fields` added to `out`, the fields of each nested object in its place
+/// under its path (an empty object leaves nothing, arrays stay as they are, as Connect's
+/// schemaless `Flatten` does).
+fn flatten(
+    prefix: &str,
+    fields: Vec<(String, Box<RawValue>)>,
+    delimiter: &str,
+    out: &mut Vec<(String, Box<RawValue>)>,
+) -> Result<(), serde_json::Error> {
+    for (name, value) in fields {
+        let path = if prefix.is_empty() { name } else { format!("{prefix}{delimiter}{name}") };
+        if value.get().starts_with('{') {
+            let nested = serde_json::Deserializer::from_str(value.get()).deserialize_map(FieldsInOrder)?;
+            flatten(&path, nested, delimiter, out)?;
+        } else {
+            out.push((path, value));
+        }
+    }
+    Ok(())
+}
+
+/// A JSON primitive as Connect's `Cast` sees it (JsonConverter's schemaless values).
+enum Primitive {
+    Whole(i64),
+    Fraction(f64),
+    Boolean(bool),
+    Text(String),
+}
+
+/// `Cast` of one JSON value, as Connect casts the Java value JsonConverter makes of it:
+/// numbers narrow as Java's do (wrapping), text is parsed, a null stays null.
+fn cast(value: &RawValue, to: CastType) -> Result<Box<RawValue>, String> {
+    let text = value.get();
+    let primitive = match text.as_bytes().first() {
+        Some(b'n') => return Ok(null()),
+        Some(b'{' | b'[') => return Err(format!("Cast casts JSON primitives, and {}", kind_of(value))),
+        Some(b'"') => Primitive::Text(serde_json::from_str(text).map_err(|e| e.to_string())?),
+        Some(b't') => Primitive::Boolean(true),
+        Some(b'f') => Primitive::Boolean(false),
+        _ => match text.parse::<i64>() {
+            Ok(whole) => Primitive::Whole(whole),
+            Err(_) => Primitive::Fraction(text.parse::<f64>().map_err(|e| e.to_string())?),
+        },
+    };
+    let whole = |bits: u32| -> Result<i64, String> {
+        let narrow = |n: i64| match bits {
+            8 => n as i8 as i64,
+            16 => n as i16 as i64,
+            32 => n as i32 as i64,
+            _ => n,
+        };
+        Ok(match &primitive {
+            Primitive::Whole(n) => narrow(*n),
+            // Java narrows a double to an int (or a long) first, saturating, then wraps.
+            Primitive::Fraction(x) if bits == 64 => *x as i64,
+            Primitive::Fraction(x) => narrow(*x as i32 as i64),
+            Primitive::Boolean(b) => i64::from(*b),
+            Primitive::Text(t) => {
+                let parsed = match bits {
+                    8 => t.parse::<i8>().map(i64::from),
+                    16 => t.parse::<i16>().map(i64::from),
+                    32 => t.parse::<i32>().map(i64::from),
+                    _ => t.parse::<i64>(),
+                };
+                parsed.map_err(|_| format!("'{t}' is not an int{bits}"))?
+            }
+        })
+    };
+    let fraction = || -> Result<f64, String> {
+        let x = match &primitive {
+            Primitive::Whole(n) => *n as f64,
+            Primitive::Fraction(x) => *x,
+            Primitive::Boolean(b) => f64::from(u8::from(*b)),
+            Primitive::Text(t) => t.trim().parse::<f64>().map_err(|_| format!("'{t}' is not a number"))?,
+        };
+        if x.is_finite() { Ok(x) } else { Err(format!("{x} has no JSON number")) }
+    };
+    Ok(raw(match to {
+        CastType::Int8 => whole(8)?.to_string(),
+        CastType::Int16 => whole(16)?.to_string(),
+        CastType::Int32 => whole(32)?.to_string(),
+        CastType::Int64 => whole(64)?.to_string(),
+        CastType::Float32 => {
+            let x = fraction()? as f32;
+            if !x.is_finite() {
+                return Err(format!("{x} has no JSON number"));
+            }
+            format!("{x:?}")
+        }
+        CastType::Float64 => format!("{:?}", fraction()?),
+        CastType::Boolean => match &primitive {
+            Primitive::Whole(n) => *n != 0,
+            Primitive::Fraction(x) => *x as i64 != 0,
+            Primitive::Boolean(b) => *b,
+            Primitive::Text(t) => t.eq_ignore_ascii_case("true"),
+        }
+        .to_string(),
+        CastType::String => quoted(&match primitive {
+            Primitive::Whole(n) => n.to_string(),
+            Primitive::Fraction(x) => java_double(x),
+            Primitive::Boolean(b) => b.to_string(),
+            Primitive::Text(t) => t,
+        }),
+    }))
+}
+
+/// Java's `Double.toString`: plain from 10^-3 to 10^7, `1.5E-7` beyond.
+fn java_double(x: f64) -> String {
+    if x == 0.0 || (1e-3..1e7).contains(&x.abs()) || !x.is_finite() {
+        return format!("{x:?}");
+    }
+    let scientific = format!("{x:e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let dot = if mantissa.contains('.') { "" } else { ".0" };
+    format!("{mantissa}{dot}E{exponent}")
+}
+
+/// A header's bytes from a field's value, as Connect's default header converter writes
+/// it: a string's text, anything else as its JSON, nothing for a null.
+fn header_text(value: &RawValue) -> String {
+    match value.get().as_bytes().first() {
+        Some(b'"') => serde_json::from_str(value.get()).unwrap_or_default(),
+        Some(b'n') => String::new(),
+        _ => value.get().to_string(),
+    }
 }
 
 /// The value of an object's field (the last, when a name is written twice, as a map would keep).
@@ -365,5 +536,61 @@ mod tests {
         assert_eq!(masked(&raw("7".into()), Some(" 0042 ")).unwrap().get(), "42");
         assert_eq!(masked(&raw("7".into()), Some("1.5")).unwrap().get(), "1.5");
         assert!(masked(&raw("true".into()), Some("x")).is_err());
+    }
+
+    #[test]
+    fn cast_narrows_parses_and_writes_as_connect_does() {
+        let cast = |value: &str, to: CastType| super::cast(&raw(value.into()), to).map(|v| v.get().to_string());
+        assert_eq!(cast("300", CastType::Int8).unwrap(), "44", "a long wraps into a byte, as in Java");
+        assert_eq!(cast("-1.9", CastType::Int32).unwrap(), "-1");
+        assert_eq!(cast("1e12", CastType::Int32).unwrap(), "2147483647", "a double saturates into an int");
+        assert_eq!(cast("70000.5", CastType::Int16).unwrap(), "4464", "then the int wraps into a short");
+        assert_eq!(cast("true", CastType::Int64).unwrap(), "1");
+        assert_eq!(cast("\"-12\"", CastType::Int16).unwrap(), "-12");
+        assert!(cast("\"300\"", CastType::Int8).unwrap_err().contains("'300' is not an int8"));
+        assert!(cast("\" 5\"", CastType::Int32).is_err(), "Java's parseInt does not trim");
+        assert_eq!(cast("\" 2.5 \"", CastType::Float64).unwrap(), "2.5", "parseDouble does");
+        assert_eq!(cast("0.1", CastType::Float32).unwrap(), "0.1");
+        assert_eq!(cast("3", CastType::Float64).unwrap(), "3.0");
+        assert!(cast("\"NaN\"", CastType::Float64).is_err());
+        assert!(cast("1e300", CastType::Float32).is_err(), "too large for a float");
+        assert_eq!(cast("0.4", CastType::Boolean).unwrap(), "false", "a number is true when its long is not 0");
+        assert_eq!(cast("\"TRUE\"", CastType::Boolean).unwrap(), "true");
+        assert_eq!(cast("\"yes\"", CastType::Boolean).unwrap(), "false");
+        assert_eq!(cast("12", CastType::String).unwrap(), "\"12\"");
+        assert_eq!(cast("1.50", CastType::String).unwrap(), "\"1.5\"");
+        assert_eq!(cast("1.5e-7", CastType::String).unwrap(), "\"1.5E-7\"");
+        assert_eq!(cast("1e7", CastType::String).unwrap(), "\"1.0E7\"");
+        assert_eq!(cast("null", CastType::Int8).unwrap(), "null");
+        assert!(cast("[1]", CastType::String).unwrap_err().contains("it is an array"));
+    }
+
+    #[test]
+    fn flatten_joins_paths_keeps_arrays_and_drops_empty_objects() {
+        let Json::Object(fields) = Json::parse(br#"{"a":{"b":1,"c":{"d":[{"e":1}]},"f":{}},"g":null}"#).unwrap() else {
+            panic!("an object")
+        };
+        let mut flat = Vec::new();
+        flatten("", fields, ".", &mut flat).unwrap();
+        assert_eq!(Json::Object(flat).write().get(), r#"{"a.b":1,"a.c.d":[{"e":1}],"g":null}"#);
+        let mut json = Some(Json::parse(br#"{"n":"5","m":1}"#).unwrap());
+        let change = FieldChange::Cast {
+            whole: None,
+            fields: vec![("n".into(), CastType::Int32), ("x".into(), CastType::Int8)],
+        };
+        reshape(&mut json, &change, "value", "t", 0).unwrap();
+        assert_eq!(json.unwrap().write().get(), r#"{"n":5,"m":1,"x":null}"#, "a missing field is cast as a null");
+        let whole = FieldChange::Cast { whole: Some(CastType::Int64), fields: Vec::new() };
+        let mut json = Some(Json::parse(b"\"42\"").unwrap());
+        reshape(&mut json, &whole, "key", "t", 0).unwrap();
+        assert_eq!(json.unwrap().write().get(), "42");
+        let mut object = Some(Json::parse(b"{}").unwrap());
+        assert!(reshape(&mut object, &whole, "key", "t", 0).unwrap_err().contains("must be a JSON primitive"));
+        let mut tombstone = None;
+        reshape(&mut tombstone, &whole, "value", "t", 0).unwrap();
+        assert!(tombstone.is_none(), "a tombstone passes Cast");
+        assert_eq!(header_text(&raw("\"a\\u00e9\"".into())), "a\u{e9}");
+        assert_eq!(header_text(&raw("{\"x\":1}".into())), "{\"x\":1}");
+        assert_eq!(header_text(&null()), "");
     }
 }

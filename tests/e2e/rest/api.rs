@@ -245,7 +245,26 @@ fn plugin_endpoints_list_describe_and_validate() {
         listed,
         json!([{"class": "counter", "type": "source", "version": "0.1.0"}, {"class": "file-pulse", "type": "source", "version": "0.2.0"}])
     );
-    assert_eq!(server.get("/connector-plugins?connectorsOnly=False").json(), listed);
+    assert_eq!(server.get("/connector-plugins?connectorsOnly=TRUE").json(), listed);
+    // KIP-769: the transforms and predicates follow the connectors.
+    let all = server.get("/connector-plugins?connectorsOnly=false").json();
+    let all = all.as_array().unwrap();
+    assert_eq!(&all[..2], listed.as_array().unwrap().as_slice());
+    let of_type = |kind: &str| -> Vec<&str> {
+        all.iter().filter(|p| p["type"] == kind).map(|p| p["class"].as_str().unwrap()).collect()
+    };
+    let transformations = of_type("transformation");
+    for class in ["RegexRouter", "Cast$Value", "Flatten$Key", "HeaderFrom$Value", "ValueToKey"] {
+        assert!(transformations.contains(&format!("org.apache.kafka.connect.transforms.{class}").as_str()), "{class}");
+    }
+    assert!(!transformations.iter().any(|c| c.contains("TimestampConverter")), "only the transforms Sluice runs");
+    assert_eq!(
+        of_type("predicate"),
+        ["HasHeaderKey", "RecordIsTombstone", "TopicNameMatches"]
+            .map(|p| format!("org.apache.kafka.connect.transforms.predicates.{p}"))
+    );
+    assert_eq!(all.len(), 2 + transformations.len() + 3);
+    server.get("/connector-plugins?connectorsOnly=maybe").assert_error(400);
 
     let keys = server.get("/connector-plugins/counter/config").json();
     let names: Vec<&str> = keys.as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
