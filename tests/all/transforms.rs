@@ -1,8 +1,9 @@
 //! Kafka Connect's transforms (`transforms`, `predicates`) on real connectors' records:
 //! routed and stamped records reach the local log under their new topic, dropped ones
 //! are not delivered but their offsets commit, JSON lines are reshaped (a line that is
-//! not JSON refused alone; nested objects flattened, fields cast and moved into headers),
-//! and a transform Sluice does not run is refused with its key named.
+//! not JSON refused alone; nested objects flattened, fields cast, timestamps converted and
+//! fields moved into headers), and a transform Sluice does not run is refused with its key
+//! named.
 
 use sluice::config::{ConnectorConfig, DEFAULT_TENANT};
 use sluice::storage::{Namespace, State};
@@ -136,18 +137,18 @@ async fn json_lines_are_reshaped_and_a_line_that_is_not_json_is_refused_alone() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nested_json_is_flattened_cast_and_moved_into_headers() {
+async fn nested_json_is_flattened_cast_converted_and_moved_into_headers() {
     let host = TestHost::new(&["file-pulse"]).await;
     let dirs = Dirs::new();
     let lines = [
-        r#"{"id":7,"device":{"name":"pump","site":{"room":"b2"}},"reading":{"temp":"21.5","ok":1},"tags":[1,{"x":2}]}"#,
+        r#"{"id":7,"device":{"name":"pump","site":{"room":"b2"}},"reading":{"temp":"21.5","ok":1,"at":1796476029},"tags":[1,{"x":2}]}"#,
         r#"{"id":8,"device":{"name":"fan","site":{}},"reading":{"temp":"hot","ok":0}}"#,
-        r#"{"id":9,"device":{"name":"fan"},"reading":{"temp":"-4","ok":0}}"#,
+        r#"{"id":9,"device":{"name":"fan"},"reading":{"temp":"-4","ok":0,"at":0}}"#,
     ];
     std::fs::write(dirs.inbox.path().join("readings.json"), lines.join("\n") + "\n").unwrap();
     let extra = [
         ("errors.tolerance", "all"),
-        ("transforms", "flat,cast,name"),
+        ("transforms", "flat,cast,name,when"),
         ("transforms.flat.type", "org.apache.kafka.connect.transforms.Flatten$Value"),
         ("transforms.flat.delimiter", "_"),
         ("transforms.cast.type", "org.apache.kafka.connect.transforms.Cast$Value"),
@@ -156,6 +157,11 @@ async fn nested_json_is_flattened_cast_and_moved_into_headers() {
         ("transforms.name.fields", "device_name,id"),
         ("transforms.name.headers", "device,record.id"),
         ("transforms.name.operation", "move"),
+        ("transforms.when.type", "org.apache.kafka.connect.transforms.TimestampConverter$Value"),
+        ("transforms.when.field", "reading_at"),
+        ("transforms.when.target.type", "string"),
+        ("transforms.when.format", "yyyy-MM-dd HH:mm:ss"),
+        ("transforms.when.unix.precision", "seconds"),
     ];
     host.start(pulse("flat", &dirs.config(&extra))).await;
     let refused = wait_until("the line whose temp is no number refused", || {
@@ -169,8 +175,8 @@ async fn nested_json_is_flattened_cast_and_moved_into_headers() {
     assert_eq!(
         host.values("lines"),
         [
-            r#"{"device_site_room":"b2","reading_temp":21.5,"reading_ok":true,"tags":[1,{"x":2}]}"#,
-            r#"{"reading_temp":-4.0,"reading_ok":false}"#,
+            r#"{"device_site_room":"b2","reading_temp":21.5,"reading_ok":true,"reading_at":"2026-12-05 13:07:09","tags":[1,{"x":2}]}"#,
+            r#"{"reading_temp":-4.0,"reading_ok":false,"reading_at":"1970-01-01 00:00:00"}"#,
         ]
     );
     let stored = host.herder.services().stores.local().read(DEFAULT_TENANT, "lines", 0, 10).unwrap();

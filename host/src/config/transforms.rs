@@ -5,9 +5,9 @@
 //! the transforms that need no schema: the routers, header inserts and drops, `Filter`
 //! with predicates, and the field transforms on keys and values that are JSON objects, as
 //! Connect runs them on schemaless values (`InsertField`, `ReplaceField`, `MaskField`,
-//! `ExtractField`, `HoistField`, `Flatten`, `Cast`, `HeaderFrom`, `ValueToKey`). Any other class is refused by name, never
-//! ignored: a config that says to route, drop or reshape records and silently does not
-//! would be the worst kind of wrong. Applying the chain to records is the record checks'
+//! `ExtractField`, `HoistField`, `Flatten`, `Cast`, `HeaderFrom`, `TimestampConverter`,
+//! `ValueToKey`). Any other class is refused by name, never ignored: a config that says to
+//! route, drop or reshape records and silently does not would be the worst kind of wrong. Applying the chain to records is the record checks'
 //! (`connect::records`, `connect::transforms`).
 
 use std::sync::Arc;
@@ -24,10 +24,19 @@ const PREDICATE_PACKAGE: &str = "org.apache.kafka.connect.transforms.predicates.
 
 /// The transforms Sluice runs, by Connect's simple class name (the full name
 /// `org.apache.kafka.connect.transforms.<name>` works too).
-const SUPPORTED: &str = "RegexRouter, TimestampRouter, InsertHeader, DropHeaders, Filter, and on JSON objects InsertField, ReplaceField, MaskField, ExtractField, HoistField, Flatten, Cast, HeaderFrom ($Key or $Value) and ValueToKey";
+const SUPPORTED: &str = "RegexRouter, TimestampRouter, InsertHeader, DropHeaders, Filter, and on JSON objects InsertField, ReplaceField, MaskField, ExtractField, HoistField, Flatten, Cast, HeaderFrom, TimestampConverter ($Key or $Value) and ValueToKey";
 /// The field transforms, by base name (the class adds `$Key` or `$Value`).
-const FIELD_TRANSFORMS: &[&str] =
-    &["InsertField", "ReplaceField", "MaskField", "ExtractField", "HoistField", "Flatten", "Cast", "HeaderFrom"];
+const FIELD_TRANSFORMS: &[&str] = &[
+    "InsertField",
+    "ReplaceField",
+    "MaskField",
+    "ExtractField",
+    "HoistField",
+    "Flatten",
+    "Cast",
+    "HeaderFrom",
+    "TimestampConverter",
+];
 
 /// The classes of the transforms and predicates Sluice runs, each with its plugin type
 /// (`transformation` or `predicate`), as `GET /connector-plugins?connectorsOnly=false`
@@ -116,6 +125,39 @@ pub enum FieldChange {
     Flatten { delimiter: String },
     /// `Cast`: the whole part (a JSON primitive), or these fields of it, cast to a type.
     Cast { whole: Option<CastType>, fields: Vec<(String, CastType)> },
+    /// `TimestampConverter`: the whole part, or this field of it, a timestamp as epoch
+    /// units (a JSON integer) or text in `format`, becomes the other.
+    Timestamp { field: Option<String>, to_text: bool, format: Option<Vec<DatePart>>, precision: UnixPrecision },
+}
+
+/// `TimestampConverter`'s `unix.precision`: what one of a Unix timestamp's units is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnixPrecision {
+    Seconds,
+    Milliseconds,
+    Microseconds,
+    Nanoseconds,
+}
+
+impl UnixPrecision {
+    /// Milliseconds of `units`, truncated toward zero as Java's `TimeUnit` does.
+    pub fn to_millis(self, units: i64) -> i64 {
+        match self {
+            UnixPrecision::Seconds => units.saturating_mul(1000),
+            UnixPrecision::Milliseconds => units,
+            UnixPrecision::Microseconds => units / 1000,
+            UnixPrecision::Nanoseconds => units / 1_000_000,
+        }
+    }
+
+    pub fn from_millis(self, millis: i64) -> i64 {
+        match self {
+            UnixPrecision::Seconds => millis / 1000,
+            UnixPrecision::Milliseconds => millis,
+            UnixPrecision::Microseconds => millis.saturating_mul(1000),
+            UnixPrecision::Nanoseconds => millis.saturating_mul(1_000_000),
+        }
+    }
 }
 
 /// The types `Cast` casts to: Connect's primitive schema types.
@@ -173,6 +215,8 @@ impl Transform {
                 (FieldChange::Flatten { .. }, RecordPart::Value) => "Flatten$Value",
                 (FieldChange::Cast { .. }, RecordPart::Key) => "Cast$Key",
                 (FieldChange::Cast { .. }, RecordPart::Value) => "Cast$Value",
+                (FieldChange::Timestamp { .. }, RecordPart::Key) => "TimestampConverter$Key",
+                (FieldChange::Timestamp { .. }, RecordPart::Value) => "TimestampConverter$Value",
             },
         }
     }
@@ -368,8 +412,47 @@ fn field_change<'a>(
         "ExtractField" => FieldChange::Extract { field: required(&key("field"), read(key("field")))?.to_string() },
         "HoistField" => FieldChange::Hoist { field: required(&key("field"), read(key("field")))?.to_string() },
         "Flatten" => FieldChange::Flatten { delimiter: read(key("delimiter")).unwrap_or(".").to_string() },
-        _ => cast_spec(&key("spec"), required(&key("spec"), read(key("spec")))?)?,
+        "Cast" => cast_spec(&key("spec"), required(&key("spec"), read(key("spec")))?)?,
+        _ => timestamp_converter(key, read)?,
     })
+}
+
+/// `TimestampConverter`'s keys. Its `Timestamp`, `Date` and `Time` targets make a Java
+/// `Date`, which has no JSON form (Connect's JsonConverter refuses one without a schema).
+fn timestamp_converter<'a>(
+    key: &dyn Fn(&str) -> String,
+    read: &mut dyn FnMut(String) -> Option<&'a str>,
+) -> Result<FieldChange, TransformProblem> {
+    let to_text = match required(&key("target.type"), read(key("target.type")))?.trim() {
+        "string" => true,
+        "unix" => false,
+        date @ ("Timestamp" | "Date" | "Time") => {
+            return Err((
+                key("target.type"),
+                format!("'{date}' makes a Java Date, which a JSON value cannot hold: use string or unix"),
+            ));
+        }
+        other => return Err((key("target.type"), format!("'{other}' is not string, unix, Timestamp, Date or Time"))),
+    };
+    let format = match read(key("format")).filter(|f| !f.is_empty()) {
+        Some(pattern) => Some(date_format(pattern).map_err(|reason| (key("format"), reason))?),
+        None if to_text => return Err((key("format"), "missing: the format of target.type=string".into())),
+        None => None,
+    };
+    let precision = match read(key("unix.precision")).unwrap_or("milliseconds").trim() {
+        "seconds" => UnixPrecision::Seconds,
+        "milliseconds" => UnixPrecision::Milliseconds,
+        "microseconds" => UnixPrecision::Microseconds,
+        "nanoseconds" => UnixPrecision::Nanoseconds,
+        other => {
+            return Err((
+                key("unix.precision"),
+                format!("'{other}' is not seconds, milliseconds, microseconds or nanoseconds"),
+            ));
+        }
+    };
+    let field = read(key("field")).map(str::trim).filter(|f| !f.is_empty()).map(String::from);
+    Ok(FieldChange::Timestamp { field, to_text, format, precision })
 }
 
 /// `Cast`'s `spec`: one type for the whole key or value, or `field:type` pairs.
@@ -494,9 +577,6 @@ fn unsupported_transform(class: &str, simple: &str) -> String {
         "SetSchemaMetadata" => format!(
             "'{class}' sets a schema's name and version, and Sluice's records carry no schema: it runs {SUPPORTED}"
         ),
-        "TimestampConverter" => format!(
-            "'{class}' is not one Sluice runs yet: it runs {SUPPORTED}; convert the timestamp in the connector instead"
-        ),
         _ => format!("'{class}' is not a transform Sluice has: it runs {SUPPORTED} ({PACKAGE}*)"),
     }
 }
@@ -604,7 +684,7 @@ pub fn date_format(pattern: &str) -> Result<Vec<DatePart>, String> {
             'S' => DatePart::Millis { width },
             _ => {
                 return Err(format!(
-                    "'{}' in '{pattern}' is not a field Sluice writes: it writes y, M (as a number), d, H, m, s and S; quote text with '",
+                    "'{}' in '{pattern}' is not a field Sluice reads or writes: it has y, M (as a number), d, H, m, s and S; quote text with '",
                     c.to_string().repeat(width)
                 ));
             }
@@ -636,6 +716,75 @@ pub fn format_date(format: &[DatePart], millis: i64) -> String {
         }
     }
     out
+}
+
+/// Milliseconds since the Unix epoch of `text` read in UTC with `format`, as Java's
+/// lenient `SimpleDateFormat.parse` reads it: a field abutting another is read at its
+/// width, otherwise all its digits; values past their range roll over (month 13 is the
+/// next January); a field the format lacks is the epoch's; text after the format is
+/// ignored. `yy` reads a year within 80 years before and 20 after `now_year`.
+pub fn parse_date(format: &[DatePart], text: &str, now_year: i64) -> Result<i64, String> {
+    let (mut year, mut month, mut day, mut millis_of_day) = (1970, 1, 1, 0i64);
+    let mut rest = text;
+    for (index, part) in format.iter().enumerate() {
+        let width = match part {
+            DatePart::Text(literal) => {
+                rest = rest
+                    .strip_prefix(literal.as_str())
+                    .ok_or_else(|| format!("'{text}' does not match the format: '{literal}' expected at '{rest}'"))?;
+                continue;
+            }
+            DatePart::Year { two_digits: true } => 2,
+            DatePart::Year { two_digits: false } => 4,
+            DatePart::Month { width }
+            | DatePart::Day { width }
+            | DatePart::Hour { width }
+            | DatePart::Minute { width }
+            | DatePart::Second { width }
+            | DatePart::Millis { width } => *width,
+        };
+        let abutting = format.get(index + 1).is_some_and(|next| !matches!(next, DatePart::Text(_)));
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let taken = if abutting { digits.min(width) } else { digits };
+        if taken == 0 {
+            return Err(format!("'{text}' does not match the format: a number expected at '{rest}'"));
+        }
+        let number: i64 =
+            rest[..taken].parse().map_err(|_| format!("'{}' in '{text}' is too large", &rest[..taken]))?;
+        rest = &rest[taken..];
+        match part {
+            DatePart::Year { two_digits: true } if taken <= 2 => {
+                let century = (now_year - 80).div_euclid(100) * 100;
+                year = if century + number < now_year - 80 { century + 100 + number } else { century + number };
+            }
+            DatePart::Year { .. } => year = number,
+            DatePart::Month { .. } => month = number,
+            DatePart::Day { .. } => day = number,
+            DatePart::Hour { .. } => millis_of_day += number * 3_600_000,
+            DatePart::Minute { .. } => millis_of_day += number * 60_000,
+            DatePart::Second { .. } => millis_of_day += number * 1000,
+            DatePart::Millis { .. } => millis_of_day += number,
+            DatePart::Text(_) => unreachable!("handled above"),
+        }
+    }
+    let (year, month) = (year + (month - 1).div_euclid(12), (month - 1).rem_euclid(12) + 1);
+    let days = days_from_civil(year, month) + day - 1;
+    Ok(days * 86_400_000 + millis_of_day)
+}
+
+/// The year (UTC) of `millis` since the Unix epoch.
+pub fn year_of(millis: i64) -> i64 {
+    civil_from_days(millis.div_euclid(86_400_000)).0
+}
+
+/// The day number since 1970-01-01 of the first of `month` of `year` (Howard Hinnant's
+/// algorithm).
+fn days_from_civil(year: i64, month: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let (era, year_of_era) = (year.div_euclid(400), year.rem_euclid(400));
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
 }
 
 /// Year, month and day of a day number since 1970-01-01 (Howard Hinnant's algorithm).
@@ -851,7 +1000,65 @@ mod tests {
             };
             let Err((key, problem)) = parsed else { continue };
             // Refused only for a key of its own that is missing, never for its class.
-            assert_ne!(key.rsplit('.').next(), Some("type"), "{class}: {problem}");
+            assert!(key != "transforms.t.type" && key != "predicates.p.type", "{class}: {problem}");
+        }
+    }
+
+    #[test]
+    fn timestamp_converter_reads_connects_keys() {
+        let converter = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = vec![("transforms", "t"), ("transforms.t.type", "TimestampConverter$Value")];
+            pairs.extend_from_slice(extra);
+            parse(&pairs)
+        };
+        let chain = converter(&[
+            ("transforms.t.target.type", "string"),
+            ("transforms.t.field", "at"),
+            ("transforms.t.format", "yyyy-MM-dd"),
+            ("transforms.t.unix.precision", "seconds"),
+        ])
+        .unwrap();
+        let Transform::Field {
+            change: FieldChange::Timestamp { field, to_text: true, format: Some(_), precision },
+            ..
+        } = &chain.steps()[0].transform
+        else {
+            panic!()
+        };
+        assert_eq!((field.as_deref(), *precision), (Some("at"), UnixPrecision::Seconds));
+        let problem = |extra| converter(extra).unwrap_err();
+        assert_eq!(problem(&[]).0, "transforms.t.target.type");
+        let (key, reason) = problem(&[("transforms.t.target.type", "Timestamp")]);
+        assert_eq!(key, "transforms.t.target.type");
+        assert!(reason.contains("use string or unix"), "{reason}");
+        assert_eq!(problem(&[("transforms.t.target.type", "string")]).0, "transforms.t.format");
+        let (key, _) =
+            problem(&[("transforms.t.target.type", "unix"), ("transforms.t.format", "yyyy-MM-dd HH:mm:ss Z")]);
+        assert_eq!(key, "transforms.t.format");
+        let (key, _) = problem(&[("transforms.t.target.type", "unix"), ("transforms.t.unix.precision", "ms")]);
+        assert_eq!(key, "transforms.t.unix.precision");
+        assert!(converter(&[("transforms.t.target.type", "unix")]).is_ok(), "unix from integers needs no format");
+    }
+
+    #[test]
+    fn dates_are_read_in_utc_as_a_lenient_simple_date_format_reads_them() {
+        let read = |pattern: &str, text: &str| parse_date(&date_format(pattern).unwrap(), text, 2026);
+        // 2026-12-05T13:07:09.042Z
+        let millis = 1_796_476_029_042;
+        assert_eq!(read("yyyy-MM-dd'T'HH:mm:ss.SSS", "2026-12-05T13:07:09.042"), Ok(millis));
+        assert_eq!(read("yyyyMMddHHmmssSSS", "20261205130709042"), Ok(millis), "abutting fields read at their width");
+        assert_eq!(read("d/M/yyyy H:m:s", "5/12/2026 13:7:9 and more"), Ok(millis - 42), "text after is ignored");
+        assert_eq!(read("yyyy-MM-dd", "2026-13-01"), read("yyyy-MM-dd", "2027-01-01"), "month 13 rolls over");
+        assert_eq!(read("yyyy-MM-dd", "2024-02-29"), Ok(1_709_164_800_000));
+        assert_eq!(read("yyyy", "1969"), Ok(-31_536_000_000));
+        assert_eq!(read("HH:mm", "01:30"), Ok(5_400_000), "missing fields are the epoch's");
+        let year = |text: &str| year_of(read("yy", text).unwrap());
+        assert_eq!((year("26"), year("47"), year("45"), year("2026")), (2026, 1947, 2045, 2026));
+        assert!(read("yyyy-MM-dd", "2026/12/05").unwrap_err().contains("'-' expected at '/12/05'"));
+        assert!(read("yyyy-MM-dd", "x026-12-05").unwrap_err().contains("a number expected"));
+        for millis in [0, 1_796_476_029_042, -86_400_001, 253_402_300_799_999] {
+            let format = date_format("yyyy-MM-dd HH:mm:ss.SSS").unwrap();
+            assert_eq!(parse_date(&format, &format_date(&format, millis), 2026), Ok(millis), "{millis}");
         }
     }
 

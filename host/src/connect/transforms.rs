@@ -11,7 +11,9 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::config::Transforms;
-use crate::config::transforms::{CastType, FieldChange, Predicate, RecordPart, Transform, format_date};
+use crate::config::transforms::{
+    CastType, DatePart, FieldChange, Predicate, RecordPart, Transform, UnixPrecision, format_date, parse_date, year_of,
+};
 use crate::storage::{Part, RecordBatchBuilder};
 
 /// A record as the transforms leave it: what they changed, as parts of the batch's buffer.
@@ -261,6 +263,21 @@ fn reshape(
             *json = Some(Json::Object(vec![(field.clone(), inner)]));
             return Ok(());
         }
+        FieldChange::Timestamp { field: None, to_text, format, precision } => {
+            if let Some(current) = json.take() {
+                let Json::Other(primitive) = current else {
+                    return Err(format!("the {what} must be a timestamp to convert it whole, and it is an object"));
+                };
+                *json = Some(Json::Other(convert_timestamp(
+                    &primitive,
+                    *to_text,
+                    format.as_deref(),
+                    *precision,
+                    timestamp_ms,
+                )?));
+            }
+            return Ok(());
+        }
         FieldChange::Cast { whole: Some(to), .. } => {
             if let Some(current) = json.take() {
                 let Json::Other(primitive) = current else {
@@ -324,7 +341,17 @@ fn reshape(
                 set(object, name, cast);
             }
         }
-        FieldChange::Extract { .. } | FieldChange::Hoist { .. } => unreachable!("handled above"),
+        FieldChange::Timestamp { field: Some(name), to_text, format, precision } => {
+            let converted = match field(object, name) {
+                None => null(),
+                Some(value) => convert_timestamp(&value, *to_text, format.as_deref(), *precision, timestamp_ms)
+                    .map_err(|reason| format!("{name}: {reason}"))?,
+            };
+            set(object, name, converted);
+        }
+        FieldChange::Extract { .. } | FieldChange::Hoist { .. } | FieldChange::Timestamp { field: None, .. } => {
+            unreachable!("handled above")
+        }
     }
     Ok(())
 }
@@ -432,6 +459,44 @@ fn cast(value: &RawValue, to: CastType) -> Result<Box<RawValue>, String> {
             Primitive::Boolean(b) => b.to_string(),
             Primitive::Text(t) => t,
         }),
+    }))
+}
+
+/// `TimestampConverter` of one JSON value, as Connect converts JsonConverter's schemaless
+/// values: an integer is a Unix timestamp in `precision` units, text is read with
+/// `format`; the result is the other (text in `format`, or an integer). A null stays null.
+fn convert_timestamp(
+    value: &RawValue,
+    to_text: bool,
+    format: Option<&[DatePart]>,
+    precision: UnixPrecision,
+    now_ms: i64,
+) -> Result<Box<RawValue>, String> {
+    let text = value.get();
+    let millis = match text.as_bytes().first() {
+        Some(b'n') => return Ok(null()),
+        Some(b'"') => {
+            let format = format.ok_or("a timestamp in text needs `format` to read it")?;
+            let date: String = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            parse_date(format, &date, year_of(now_ms))?
+        }
+        _ => match text.parse::<i64>() {
+            Ok(units) => precision.to_millis(units),
+            Err(_) => {
+                return Err(format!(
+                    "a timestamp is a Unix timestamp (a whole number) or text, and {}",
+                    if text.starts_with(['-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9']) {
+                        "it is a fraction"
+                    } else {
+                        kind_of(value)
+                    }
+                ));
+            }
+        },
+    };
+    Ok(raw(match (to_text, format) {
+        (true, Some(format)) => quoted(&format_date(format, millis)),
+        _ => precision.from_millis(millis).to_string(),
     }))
 }
 
@@ -592,5 +657,42 @@ mod tests {
         assert_eq!(header_text(&raw("\"a\\u00e9\"".into())), "a\u{e9}");
         assert_eq!(header_text(&raw("{\"x\":1}".into())), "{\"x\":1}");
         assert_eq!(header_text(&null()), "");
+    }
+
+    #[test]
+    fn timestamps_convert_between_unix_units_and_text() {
+        let date = crate::config::transforms::date_format("yyyy-MM-dd HH:mm:ss.SSS").unwrap();
+        let convert = |value: &str, to_text: bool, precision: UnixPrecision| {
+            convert_timestamp(&raw(value.into()), to_text, Some(&date), precision, 0).map(|v| v.get().to_string())
+        };
+        assert_eq!(convert("1796476029", true, UnixPrecision::Seconds).unwrap(), "\"2026-12-05 13:07:09.000\"");
+        assert_eq!(
+            convert("1796476029042123", true, UnixPrecision::Microseconds).unwrap(),
+            "\"2026-12-05 13:07:09.042\""
+        );
+        assert_eq!(
+            convert("\"2026-12-05 13:07:09.042\"", false, UnixPrecision::Milliseconds).unwrap(),
+            "1796476029042"
+        );
+        assert_eq!(
+            convert("\"2026-12-05 13:07:09.042\"", false, UnixPrecision::Nanoseconds).unwrap(),
+            "1796476029042000000"
+        );
+        assert_eq!(convert("\"2026-12-05 13:07:09.999\"", false, UnixPrecision::Seconds).unwrap(), "1796476029");
+        assert_eq!(convert("null", true, UnixPrecision::Seconds).unwrap(), "null");
+        assert!(convert("1.5", true, UnixPrecision::Seconds).unwrap_err().contains("it is a fraction"));
+        assert!(convert("true", true, UnixPrecision::Seconds).unwrap_err().contains("it is a boolean"));
+        assert!(convert("\"05.12.2026\"", false, UnixPrecision::Seconds).unwrap_err().contains("does not match"));
+        let no_format = convert_timestamp(&raw("\"2026\"".into()), false, None, UnixPrecision::Seconds, 0);
+        assert!(no_format.unwrap_err().contains("needs `format`"));
+        let mut json = Some(Json::parse(br#"{"at":1796476029,"n":1}"#).unwrap());
+        let change = FieldChange::Timestamp {
+            field: Some("at".into()),
+            to_text: true,
+            format: Some(crate::config::transforms::date_format("yyyyMMdd").unwrap()),
+            precision: UnixPrecision::Seconds,
+        };
+        reshape(&mut json, &change, "value", "t", 0).unwrap();
+        assert_eq!(json.unwrap().write().get(), r#"{"at":"20261205","n":1}"#);
     }
 }

@@ -257,7 +257,8 @@ fn plugin_endpoints_list_describe_and_validate() {
     for class in ["RegexRouter", "Cast$Value", "Flatten$Key", "HeaderFrom$Value", "ValueToKey"] {
         assert!(transformations.contains(&format!("org.apache.kafka.connect.transforms.{class}").as_str()), "{class}");
     }
-    assert!(!transformations.iter().any(|c| c.contains("TimestampConverter")), "only the transforms Sluice runs");
+    assert!(transformations.contains(&"org.apache.kafka.connect.transforms.TimestampConverter$Value"));
+    assert!(!transformations.iter().any(|c| c.contains("SetSchemaMetadata")), "only the transforms Sluice runs");
     assert_eq!(
         of_type("predicate"),
         ["HasHeaderKey", "RecordIsTombstone", "TopicNameMatches"]
