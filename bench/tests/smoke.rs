@@ -16,8 +16,10 @@ fn table(output: Output) -> String {
 fn poll_prints_both_paths_and_the_ratio() {
     let table = table(bench(&["poll", "--records", "2000", "--rounds", "1"]));
     assert!(table.lines().any(|l| l.starts_with("native ")), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("native + copy ")), "{table}");
     assert!(table.lines().any(|l| l.starts_with("component ")), "{table}");
     assert!(table.contains("ratio component/native: "), "{table}");
+    assert!(table.contains("ratio (native + copy)/native: "), "{table}");
 }
 
 #[test]
@@ -46,6 +48,13 @@ fn record_path_prints_every_row_with_its_native_ratio() {
         rows[6][0].contains("Python (sensor-fleet)") && rows[7][0].contains("JavaScript (ndjson-replay)"),
         "{table}"
     );
+    for kib in [1, 16] {
+        let bound = format!("poll, {kib} KiB records: the native work plus one copy of each batch out");
+        assert!(
+            table.lines().any(|l| l.starts_with(&bound) && l.ends_with("the most a component can reach")),
+            "{table}"
+        );
+    }
 }
 
 #[test]
