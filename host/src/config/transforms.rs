@@ -258,6 +258,11 @@ pub enum DatePart {
     Millis {
         width: usize,
     },
+    /// The zone: `Z` (`+0000`) or, `iso`, `X`, `XX`, `XXX` (`Z` for UTC, as Java writes
+    /// a zero offset); read, any offset in those forms.
+    Zone {
+        iso: bool,
+    },
 }
 
 /// `(key, reason)`: the key is a transform's, so it is built from its alias.
@@ -682,9 +687,11 @@ pub fn date_format(pattern: &str) -> Result<Vec<DatePart>, String> {
             'm' => DatePart::Minute { width },
             's' => DatePart::Second { width },
             'S' => DatePart::Millis { width },
+            'Z' => DatePart::Zone { iso: false },
+            'X' if width <= 3 => DatePart::Zone { iso: true },
             _ => {
                 return Err(format!(
-                    "'{}' in '{pattern}' is not a field Sluice reads or writes: it has y, M (as a number), d, H, m, s and S; quote text with '",
+                    "'{}' in '{pattern}' is not a field Sluice reads or writes: it has y, M (as a number), d, H, m, s, S, Z and X; quote text with '",
                     c.to_string().repeat(width)
                 ));
             }
@@ -713,6 +720,9 @@ pub fn format_date(format: &[DatePart], millis: i64) -> String {
             DatePart::Minute { width } => number(&mut out, in_day / 60_000 % 60, *width),
             DatePart::Second { width } => number(&mut out, in_day / 1000 % 60, *width),
             DatePart::Millis { width } => number(&mut out, in_day % 1000, *width),
+            // Written in UTC, as `TimestampRouter` and `TimestampConverter` set the zone.
+            DatePart::Zone { iso: false } => out.push_str("+0000"),
+            DatePart::Zone { iso: true } => out.push('Z'),
         }
     }
     out
@@ -732,6 +742,14 @@ pub fn parse_date(format: &[DatePart], text: &str, now_year: i64) -> Result<i64,
                 rest = rest
                     .strip_prefix(literal.as_str())
                     .ok_or_else(|| format!("'{text}' does not match the format: '{literal}' expected at '{rest}'"))?;
+                continue;
+            }
+            DatePart::Zone { .. } => {
+                let (offset, after) = read_zone(rest).ok_or_else(|| {
+                    format!("'{text}' does not match the format: a zone (Z, +hh, +hhmm or +hh:mm) expected at '{rest}'")
+                })?;
+                millis_of_day -= offset;
+                rest = after;
                 continue;
             }
             DatePart::Year { two_digits: true } => 2,
@@ -764,12 +782,37 @@ pub fn parse_date(format: &[DatePart], text: &str, now_year: i64) -> Result<i64,
             DatePart::Minute { .. } => millis_of_day += number * 60_000,
             DatePart::Second { .. } => millis_of_day += number * 1000,
             DatePart::Millis { .. } => millis_of_day += number,
-            DatePart::Text(_) => unreachable!("handled above"),
+            DatePart::Text(_) | DatePart::Zone { .. } => unreachable!("handled above"),
         }
     }
     let (year, month) = (year + (month - 1).div_euclid(12), (month - 1).rem_euclid(12) + 1);
     let days = days_from_civil(year, month) + day - 1;
     Ok(days * 86_400_000 + millis_of_day)
+}
+
+/// A zone offset at the start of `text` (`Z`, `+hh`, `+hhmm`, `+hh:mm`, or with `-`), in
+/// milliseconds east of UTC, and what follows it.
+fn read_zone(text: &str) -> Option<(i64, &str)> {
+    if let Some(rest) = text.strip_prefix('Z') {
+        return Some((0, rest));
+    }
+    let sign = match text.as_bytes().first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let digits = |from: &str| from.get(..2).filter(|d| d.bytes().all(|b| b.is_ascii_digit()))?.parse::<i64>().ok();
+    let hours = digits(&text[1..])?;
+    let mut rest = &text[3..];
+    let minutes = match rest.strip_prefix(':').unwrap_or(rest) {
+        after if digits(after).is_some() => {
+            let minutes = digits(after)?;
+            rest = &after[2..];
+            minutes
+        }
+        _ => 0,
+    };
+    Some((sign * (hours * 3_600_000 + minutes * 60_000), rest))
 }
 
 /// The year (UTC) of `millis` since the Unix epoch.
@@ -1032,8 +1075,7 @@ mod tests {
         assert_eq!(key, "transforms.t.target.type");
         assert!(reason.contains("use string or unix"), "{reason}");
         assert_eq!(problem(&[("transforms.t.target.type", "string")]).0, "transforms.t.format");
-        let (key, _) =
-            problem(&[("transforms.t.target.type", "unix"), ("transforms.t.format", "yyyy-MM-dd HH:mm:ss Z")]);
+        let (key, _) = problem(&[("transforms.t.target.type", "unix"), ("transforms.t.format", "EEE, d MMM yyyy")]);
         assert_eq!(key, "transforms.t.format");
         let (key, _) = problem(&[("transforms.t.target.type", "unix"), ("transforms.t.unix.precision", "ms")]);
         assert_eq!(key, "transforms.t.unix.precision");
@@ -1056,6 +1098,15 @@ mod tests {
         assert_eq!((year("26"), year("47"), year("45"), year("2026")), (2026, 1947, 2045, 2026));
         assert!(read("yyyy-MM-dd", "2026/12/05").unwrap_err().contains("'-' expected at '/12/05'"));
         assert!(read("yyyy-MM-dd", "x026-12-05").unwrap_err().contains("a number expected"));
+        let iso = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX";
+        for zoned in ["2026-12-05T13:07:09.042Z", "2026-12-05T14:07:09.042+01:00", "2026-12-05T08:37:09.042-0430"] {
+            assert_eq!(read(iso, zoned), Ok(millis), "{zoned}");
+        }
+        assert_eq!(read("yyyy-MM-dd HH:mm:ss.SSS Z", "2026-12-05 15:07:09.042 +02"), Ok(millis));
+        assert!(read(iso, "2026-12-05T13:07:09.042 UTC").unwrap_err().contains("a zone"));
+        let format = |pattern: &str| format_date(&date_format(pattern).unwrap(), millis);
+        assert_eq!(format(iso), "2026-12-05T13:07:09.042Z");
+        assert_eq!(format("HH:mm Z"), "13:07 +0000");
         for millis in [0, 1_796_476_029_042, -86_400_001, 253_402_300_799_999] {
             let format = date_format("yyyy-MM-dd HH:mm:ss.SSS").unwrap();
             assert_eq!(parse_date(&format, &format_date(&format, millis), 2026), Ok(millis), "{millis}");
