@@ -254,7 +254,7 @@ pub fn document() -> Value {
         },
         "/connector-plugins/{plugin}/config": {
             "get": operation(
-                "The keys a connector of the plugin takes: the host's, then the plugin's config-def",
+                "The keys a connector of the plugin takes: the host's, then the plugin's config-def; or a transform's or predicate's keys (KIP-769)",
                 vec![plugin()],
                 None,
                 &[("200", "Keys", Some(json!({ "type": "array", "items": schema_ref("ConfigKeyInfo") })))],

@@ -81,8 +81,14 @@ fn definitions(plugin: &Plugin) -> Vec<(ConfigKeyInfo, String)> {
     host.chain(own).collect()
 }
 
-/// `GET /connector-plugins/{plugin}/config`: the keys a connector of this plugin takes.
+/// `GET /connector-plugins/{plugin}/config`: the keys a connector of this plugin takes, or
+/// (KIP-769) the keys of a transform or predicate `?connectorsOnly=false` lists.
 pub async fn config(State(state): Shared, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    if let Some(keys) = crate::config::transforms::plugin_keys(&name) {
+        let simple = name.rsplit('.').next().unwrap_or(&name);
+        let keys = keys.iter().enumerate().map(|(order, key)| definition(key, simple, order + 1)).collect();
+        return Ok(Json(Value::Array(keys)));
+    }
     let plugin = plugin(&state, &name).await?;
     let keys: Vec<Value> = definitions(&plugin)
         .iter()

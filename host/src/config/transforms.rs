@@ -53,6 +53,87 @@ pub fn plugin_classes() -> Vec<(String, &'static str)> {
     transforms.chain(predicates.map(|name| (format!("{PREDICATE_PACKAGE}{name}"), "predicate"))).collect()
 }
 
+/// `(name, type, default, documentation)` of a transform's or predicate's key; no default
+/// means required, an empty one optional.
+type KeyDef = (&'static str, &'static str, Option<&'static str>, &'static str);
+
+/// The keys of one of [`plugin_classes`], by its simple name (without `$Key`/`$Value`).
+fn keys_of(base: &str) -> Option<&'static [KeyDef]> {
+    const FIELD: KeyDef = ("field", "STRING", None, "Field name");
+    Some(match base {
+        "RegexRouter" => &[
+            ("regex", "STRING", None, "Regular expression a topic must match whole"),
+            ("replacement", "STRING", None, "The topic it becomes ($1 for group 1)"),
+        ],
+        "TimestampRouter" => &[
+            ("topic.format", "STRING", Some("${topic}-${timestamp}"), "The topic, from ${topic} and ${timestamp}"),
+            ("timestamp.format", "STRING", Some("yyyyMMdd"), "SimpleDateFormat pattern of ${timestamp}, in UTC"),
+        ],
+        "InsertHeader" => {
+            &[("header", "STRING", None, "The header's key"), ("value.literal", "STRING", None, "The header's value")]
+        }
+        "DropHeaders" => &[("headers", "LIST", None, "The keys of the headers to remove")],
+        "Filter" | "RecordIsTombstone" => &[],
+        "ValueToKey" => &[("fields", "LIST", None, "Fields of the value the key is made of")],
+        "InsertField" => &[
+            ("topic.field", "STRING", Some(""), "Field for the record's topic"),
+            ("timestamp.field", "STRING", Some(""), "Field for the record's timestamp (epoch ms)"),
+            ("static.field", "STRING", Some(""), "Field for static.value"),
+            ("static.value", "STRING", Some(""), "A fixed value"),
+        ],
+        "ReplaceField" => &[
+            ("exclude", "LIST", Some(""), "Fields to drop"),
+            ("include", "LIST", Some(""), "Fields to keep (all when empty)"),
+            ("renames", "LIST", Some(""), "old:new renames"),
+        ],
+        "MaskField" => &[
+            ("fields", "LIST", None, "Fields to mask"),
+            (
+                "replacement",
+                "STRING",
+                Some(""),
+                "What a string or number field becomes (its type's empty value without one)",
+            ),
+        ],
+        "ExtractField" | "HoistField" => &[FIELD],
+        "Flatten" => &[("delimiter", "STRING", Some("."), "Joins the names of nested fields")],
+        "Cast" => &[("spec", "LIST", None, "field:type pairs, or one type for the whole key or value")],
+        "HeaderFrom" => &[
+            ("fields", "LIST", None, "Fields to turn into headers"),
+            ("headers", "LIST", None, "The header of each field, in order"),
+            ("operation", "STRING", None, "move or copy"),
+        ],
+        "TimestampConverter" => &[
+            ("target.type", "STRING", None, "string or unix"),
+            ("field", "STRING", Some(""), "The field holding the timestamp (none: the whole key or value)"),
+            ("format", "STRING", Some(""), "SimpleDateFormat pattern of a timestamp in text"),
+            ("unix.precision", "STRING", Some("milliseconds"), "seconds, milliseconds, microseconds or nanoseconds"),
+        ],
+        "TopicNameMatches" => &[("pattern", "STRING", None, "Regular expression a topic must match whole")],
+        "HasHeaderKey" => &[("name", "STRING", None, "The header's key")],
+        _ => return None,
+    })
+}
+
+/// The keys of a transform or predicate class that [`plugin_classes`] lists, as
+/// `GET /connector-plugins/{class}/config` shows them (KIP-769); `None` for any other name.
+pub fn plugin_keys(class: &str) -> Option<Vec<super::ConfigKeyInfo>> {
+    if !plugin_classes().iter().any(|(listed, _)| listed == class) {
+        return None;
+    }
+    let simple = class.rsplit('.').next().unwrap_or(class);
+    let keys = keys_of(simple.split('$').next().unwrap_or(simple))?;
+    let info = |(name, type_name, default, documentation): &KeyDef| super::ConfigKeyInfo {
+        name: (*name).into(),
+        type_name: (*type_name).into(),
+        default_value: default.map(String::from),
+        required: default.is_none(),
+        importance: if default.is_none() { "HIGH" } else { "MEDIUM" }.into(),
+        documentation: (*documentation).into(),
+    };
+    Some(keys.iter().map(info).collect())
+}
+
 /// A connector's transforms, in the order `transforms` lists them; none by default.
 #[derive(Clone, Debug, Default)]
 pub struct Transforms {
@@ -1031,6 +1112,35 @@ mod tests {
     #[test]
     fn every_listed_plugin_class_is_one_a_config_can_name() {
         let classes = plugin_classes();
+        for (class, _) in &classes {
+            let keys = plugin_keys(class).unwrap_or_else(|| panic!("{class} has no keys listed"));
+            // Every key listed is one the parser reads: set them all, and none is unknown.
+            let (list, prefix) = match class.starts_with(PREDICATE_PACKAGE) {
+                true => ("predicates", "predicates.p"),
+                false => ("transforms", "transforms.t"),
+            };
+            let alias = &prefix[list.len() + 1..];
+            let mut pairs = vec![(list.to_string(), alias.to_string()), (format!("{prefix}.type"), class.clone())];
+            let valid = |key: &str| match key {
+                "regex" | "pattern" => "(.*)",
+                "replacement" if class.ends_with("RegexRouter") => "$1",
+                "target.type" => "string",
+                "format" | "timestamp.format" => "yyyy",
+                "operation" => "move",
+                "spec" => "a:int8",
+                "renames" => "a:b",
+                "unix.precision" => "seconds",
+                _ => "a",
+            };
+            pairs.extend(keys.iter().map(|key| (format!("{prefix}.{}", key.name), valid(&key.name).to_string())));
+            let chain = Transforms::parse(&|key| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()))
+                .unwrap_or_else(|problem| panic!("{class}: {problem:?}"));
+            for key in &keys {
+                assert!(chain.knows(&format!("{prefix}.{}", key.name)), "{class}: {}", key.name);
+            }
+        }
+        assert!(plugin_keys("org.apache.kafka.connect.transforms.SetSchemaMetadata$Value").is_none());
+        assert!(plugin_keys("RegexRouter").is_none(), "by the class name Connect lists");
         assert_eq!(
             classes.iter().filter(|(_, kind)| *kind == "transformation").count(),
             6 + 2 * FIELD_TRANSFORMS.len()

@@ -266,6 +266,19 @@ fn plugin_endpoints_list_describe_and_validate() {
     );
     assert_eq!(all.len(), 2 + transformations.len() + 3);
     server.get("/connector-plugins?connectorsOnly=maybe").assert_error(400);
+    // And each one's keys.
+    let keys = server.get("/connector-plugins/org.apache.kafka.connect.transforms.HeaderFrom$Value/config").json();
+    let names: Vec<&str> = keys.as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["fields", "headers", "operation"]);
+    assert_eq!(keys[0]["required"], true);
+    let keys = server.get("/connector-plugins/org.apache.kafka.connect.transforms.Flatten%24Key/config").json();
+    assert_eq!((keys[0]["name"].as_str(), keys[0]["default_value"].as_str()), (Some("delimiter"), Some(".")));
+    let keys =
+        server.get("/connector-plugins/org.apache.kafka.connect.transforms.predicates.HasHeaderKey/config").json();
+    assert_eq!(keys[0]["name"], "name");
+    server
+        .get("/connector-plugins/org.apache.kafka.connect.transforms.SetSchemaMetadata$Value/config")
+        .assert_error(404);
 
     let keys = server.get("/connector-plugins/counter/config").json();
     let names: Vec<&str> = keys.as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
