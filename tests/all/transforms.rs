@@ -103,6 +103,16 @@ fn a_transform_sluice_does_not_run_is_refused_naming_its_key() {
     assert_eq!(error.key.as_deref(), Some("transforms.x.regex"));
 }
 
+/// The count of records the connector's first task refused, once it is one.
+async fn first_refusal(host: &TestHost, connector: &str, what: &str) -> u64 {
+    wait_until(what, || {
+        let status = host.status(connector)?;
+        let task = status.tasks.first()?;
+        (task.records_refused == 1).then_some(task.records_refused)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_lines_are_reshaped_and_a_line_that_is_not_json_is_refused_alone() {
     let host = TestHost::new(&["file-pulse"]).await;
@@ -118,12 +128,7 @@ async fn json_lines_are_reshaped_and_a_line_that_is_not_json_is_refused_alone() 
         ("transforms.key.fields", "id"),
     ];
     host.start(pulse("events", &dirs.config(&extra))).await;
-    let refused = wait_until("the line that is not JSON refused", || {
-        let status = host.status("events")?;
-        let task = status.tasks.first()?;
-        (task.records_refused == 1).then_some(task.records_refused)
-    })
-    .await;
+    let refused = first_refusal(&host, "events", "the line that is not JSON refused").await;
     assert_eq!(refused, 1);
     let expected = [
         (r#"{"id":"a"}"#, r#"{"id":"a","v":1}"#),
@@ -164,12 +169,7 @@ async fn nested_json_is_flattened_cast_converted_and_moved_into_headers() {
         ("transforms.when.unix.precision", "seconds"),
     ];
     host.start(pulse("flat", &dirs.config(&extra))).await;
-    let refused = wait_until("the line whose temp is no number refused", || {
-        let status = host.status("flat")?;
-        let task = status.tasks.first()?;
-        (task.records_refused == 1).then_some(task.records_refused)
-    })
-    .await;
+    let refused = first_refusal(&host, "flat", "the line whose temp is no number refused").await;
     assert_eq!(refused, 1);
     wait_until("the two other lines", || (host.values("lines").len() >= 2).then_some(())).await;
     assert_eq!(

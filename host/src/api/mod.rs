@@ -239,8 +239,15 @@ fn query_pairs(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
 
 /// A boolean query parameter: `true` or `false` in any case; absent or empty is false.
 fn bool_param(pairs: &[(String, String)], name: &str) -> Result<bool, ApiError> {
+    bool_param_or(pairs, name, false)
+}
+
+/// [`bool_param`] with `absent` when the parameter is not given at all (an empty value is
+/// false, as JAX-RS reads one into Connect's `Boolean`).
+fn bool_param_or(pairs: &[(String, String)], name: &str, absent: bool) -> Result<bool, ApiError> {
     match pairs.iter().rev().find(|(key, _)| key == name).map(|(_, value)| value.trim()) {
-        None | Some("") => Ok(false),
+        None => Ok(absent),
+        Some("") => Ok(false),
         Some(value) if value.eq_ignore_ascii_case("true") => Ok(true),
         Some(value) if value.eq_ignore_ascii_case("false") => Ok(false),
         Some(value) => Err(ApiError::bad_request(format!("{name}: '{value}' is not a boolean (true or false)"))),

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::auth::Caller;
 use super::error::ApiError;
-use super::{ApiState, bool_param, json_body, query_pairs};
+use super::{ApiState, bool_param_or, json_body, query_pairs};
 use crate::config::keys::{CONNECTOR_CLASS, NAME, TENANT};
 use crate::config::{ConfigKeyInfo, ConnectorConfig, DEFAULT_TENANT, HOST_KEYS};
 use crate::runtime::Plugin;
@@ -27,8 +27,7 @@ const COMMON_GROUP: &str = "Common";
 /// as Connect lists its own.
 pub async fn list(State(state): Shared, RawQuery(query): RawQuery) -> Result<Json<Value>, ApiError> {
     let pairs = query_pairs(query.as_deref())?;
-    let connectors_only =
-        !pairs.iter().any(|(key, _)| key == "connectorsOnly") || bool_param(&pairs, "connectorsOnly")?;
+    let connectors_only = bool_param_or(&pairs, "connectorsOnly", true)?;
     state.herder.registry().whole_folder_loaded().await;
     let mut plugins: Vec<Value> = state
         .herder

@@ -201,10 +201,7 @@ pub(super) fn apply<'c>(
             }
             Transform::Filter => return Ok(None),
             Transform::Field { part, change } => {
-                let (side, what) = match part {
-                    RecordPart::Key => (&mut key, "key"),
-                    RecordPart::Value => (&mut value, "value"),
-                };
+                let (side, what) = side_of(*part, &mut key, &mut value);
                 let json = side.json(builder, what).map_err(failed)?;
                 reshape(json, change, what, current, timestamp_ms).map_err(failed)?;
             }
@@ -217,10 +214,7 @@ pub(super) fn apply<'c>(
                 key = Side::Json(Some(Json::Object(made)));
             }
             Transform::HeaderFrom { part, fields, headers: names, copy } => {
-                let (side, what) = match part {
-                    RecordPart::Key => (&mut key, "key"),
-                    RecordPart::Value => (&mut value, "value"),
-                };
+                let (side, what) = side_of(*part, &mut key, &mut value);
                 let object = match side.json(builder, what).map_err(failed)? {
                     Some(Json::Object(object)) => object,
                     other => return Err(failed(not_an_object(what, other.as_ref()))),
@@ -238,6 +232,14 @@ pub(super) fn apply<'c>(
         }
     }
     Ok(Some(Transformed { topic: routed, headers, key: key.finish(builder), value: value.finish(builder) }))
+}
+
+/// The key or the value, as `part` names it, and its name for messages.
+fn side_of<'s>(part: RecordPart, key: &'s mut Side, value: &'s mut Side) -> (&'s mut Side, &'static str) {
+    match part {
+        RecordPart::Key => (key, "key"),
+        RecordPart::Value => (value, "value"),
+    }
 }
 
 /// One field transform on a key or value, as Connect's does on a schemaless map: a
@@ -264,28 +266,16 @@ fn reshape(
             return Ok(());
         }
         FieldChange::Timestamp { field: None, to_text, format, precision } => {
-            if let Some(current) = json.take() {
-                let Json::Other(primitive) = current else {
-                    return Err(format!("the {what} must be a timestamp to convert it whole, and it is an object"));
-                };
-                *json = Some(Json::Other(convert_timestamp(
-                    &primitive,
-                    *to_text,
-                    format.as_deref(),
-                    *precision,
-                    timestamp_ms,
-                )?));
-            }
-            return Ok(());
+            return convert_whole(json, &format!("the {what} must be a timestamp to convert it whole"), |primitive| {
+                convert_timestamp(primitive, *to_text, format.as_deref(), *precision, timestamp_ms)
+            });
         }
         FieldChange::Cast { whole: Some(to), .. } => {
-            if let Some(current) = json.take() {
-                let Json::Other(primitive) = current else {
-                    return Err(format!("the {what} must be a JSON primitive to cast it whole, and it is an object"));
-                };
-                *json = Some(Json::Other(cast(&primitive, *to)?));
-            }
-            return Ok(());
+            return convert_whole(
+                json,
+                &format!("the {what} must be a JSON primitive to cast it whole"),
+                |primitive| cast(primitive, *to),
+            );
         }
         _ => {}
     }
@@ -333,26 +323,46 @@ fn reshape(
         }
         FieldChange::Cast { fields, .. } => {
             for (name, to) in fields {
-                // Connect casts what the field holds; a missing field is cast as a null.
-                let cast = match field(object, name) {
-                    None => null(),
-                    Some(value) => cast(&value, *to).map_err(|reason| format!("{name}: {reason}"))?,
-                };
-                set(object, name, cast);
+                convert_field(object, name, |value| cast(value, *to))?;
             }
         }
         FieldChange::Timestamp { field: Some(name), to_text, format, precision } => {
-            let converted = match field(object, name) {
-                None => null(),
-                Some(value) => convert_timestamp(&value, *to_text, format.as_deref(), *precision, timestamp_ms)
-                    .map_err(|reason| format!("{name}: {reason}"))?,
-            };
-            set(object, name, converted);
+            convert_field(object, name, |value| {
+                convert_timestamp(value, *to_text, format.as_deref(), *precision, timestamp_ms)
+            })?;
         }
         FieldChange::Extract { .. } | FieldChange::Hoist { .. } | FieldChange::Timestamp { field: None, .. } => {
             unreachable!("handled above")
         }
     }
+    Ok(())
+}
+
+/// The whole key or value converted, when it is a JSON primitive (`must_be` says what it
+/// must be otherwise); a tombstone passes.
+fn convert_whole(
+    json: &mut Option<Json>,
+    must_be: &str,
+    convert: impl FnOnce(&RawValue) -> Result<Box<RawValue>, String>,
+) -> Result<(), String> {
+    match json.take() {
+        None => {}
+        Some(Json::Other(primitive)) => *json = Some(Json::Other(convert(&primitive)?)),
+        Some(Json::Object(_)) => return Err(format!("{must_be}, and it is an object")),
+    }
+    Ok(())
+}
+
+/// One field of an object converted, as Connect converts what a map holds: a missing
+/// field as a null (which `Cast` and `TimestampConverter` keep a null).
+fn convert_field(
+    object: &mut Vec<(String, Box<RawValue>)>,
+    name: &str,
+    convert: impl FnOnce(&RawValue) -> Result<Box<RawValue>, String>,
+) -> Result<(), String> {
+    let value = field(object, name).unwrap_or_else(null);
+    let converted = convert(&value).map_err(|reason| format!("{name}: {reason}"))?;
+    set(object, name, converted);
     Ok(())
 }
 
@@ -483,14 +493,11 @@ fn convert_timestamp(
         _ => match text.parse::<i64>() {
             Ok(units) => precision.to_millis(units),
             Err(_) => {
-                return Err(format!(
-                    "a timestamp is a Unix timestamp (a whole number) or text, and {}",
-                    if text.starts_with(['-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9']) {
-                        "it is a fraction"
-                    } else {
-                        kind_of(value)
-                    }
-                ));
+                let is = match kind_of(value) {
+                    "it is a number" => "it is a fraction",
+                    other => other,
+                };
+                return Err(format!("a timestamp is a Unix timestamp (a whole number) or text, and {is}"));
             }
         },
     };
