@@ -57,6 +57,10 @@ pub fn plugin_classes() -> Vec<(String, &'static str)> {
 /// means required, an empty one optional.
 type KeyDef = (&'static str, &'static str, Option<&'static str>, &'static str);
 
+/// The default of an optional key whose absence means something of its own (Connect's
+/// `null` default); `None` marks a required key.
+const NULL_DEFAULT: Option<&str> = Some("\0");
+
 /// The keys of one of [`plugin_classes`], by its simple name (without `$Key`/`$Value`).
 fn keys_of(base: &str) -> Option<&'static [KeyDef]> {
     const FIELD: KeyDef = ("field", "STRING", None, "Field name");
@@ -91,11 +95,20 @@ fn keys_of(base: &str) -> Option<&'static [KeyDef]> {
             (
                 "replacement",
                 "STRING",
-                Some(""),
-                "What a string or number field becomes (its type's empty value without one)",
+                NULL_DEFAULT,
+                "What a string or number field becomes, converted to its type (its type's empty value without one)",
             ),
         ],
-        "ExtractField" | "HoistField" => &[FIELD],
+        "ExtractField" => &[
+            FIELD,
+            (
+                "field.syntax.version",
+                "STRING",
+                Some("V1"),
+                "V1: the field is a top-level name; V2: a path of nested names joined by dots (a name with dots in backticks)",
+            ),
+        ],
+        "HoistField" => &[FIELD],
         "Flatten" => &[("delimiter", "STRING", Some("."), "Joins the names of nested fields")],
         "Cast" => &[("spec", "LIST", None, "field:type pairs, or one type for the whole key or value")],
         "HeaderFrom" => &[
@@ -126,7 +139,7 @@ pub fn plugin_keys(class: &str) -> Option<Vec<super::ConfigKeyInfo>> {
     let info = |(name, type_name, default, documentation): &KeyDef| super::ConfigKeyInfo {
         name: (*name).into(),
         type_name: (*type_name).into(),
-        default_value: default.map(String::from),
+        default_value: default.filter(|d| Some(*d) != NULL_DEFAULT).map(String::from),
         required: default.is_none(),
         importance: if default.is_none() { "HIGH" } else { "MEDIUM" }.into(),
         documentation: (*documentation).into(),
@@ -161,8 +174,10 @@ pub struct Step {
 
 #[derive(Debug)]
 pub enum Transform {
-    /// A topic that `regex` matches whole becomes `replacement` (groups as `${1}`).
-    RegexRouter { regex: Regex, replacement: String },
+    /// A topic that `regex` matches whole is rerouted, as Java's `replaceFirst` does: its
+    /// leftmost match of `find` (the same pattern, unanchored) becomes `replacement`
+    /// (groups as `${1}`).
+    RegexRouter { regex: Regex, find: Regex, replacement: String },
     /// The topic becomes `topic_format` with `${topic}` and `${timestamp}` (the record's
     /// timestamp in UTC as `format` writes it).
     TimestampRouter { topic_format: String, format: Vec<DatePart> },
@@ -197,8 +212,9 @@ pub enum FieldChange {
     Replace { exclude: Vec<String>, include: Vec<String>, renames: Vec<(String, String)> },
     /// `MaskField`: each field's value becomes its type's empty value, or `replacement`.
     Mask { fields: Vec<String>, replacement: Option<String> },
-    /// `ExtractField`: the part becomes this field's value.
-    Extract { field: String },
+    /// `ExtractField`: the part becomes the value at this path, a top-level field's name
+    /// or (`field.syntax.version=V2`, KIP-821) the names of nested fields from the top.
+    Extract { path: Vec<String> },
     /// `HoistField`: the part becomes an object holding it under this name.
     Hoist { field: String },
     /// `Flatten`: each field of a nested object becomes a top-level field named by its path,
@@ -404,11 +420,13 @@ impl Transforms {
             let (class, simple) = class_name(&key("type"), read(key("type")), PACKAGE)?;
             let transform = match simple {
                 "RegexRouter" => {
-                    let regex = whole_match(&key("regex"), required(&key("regex"), read(key("regex")))?)?;
+                    let pattern = required(&key("regex"), read(key("regex")))?;
+                    let regex = whole_match(&key("regex"), pattern)?;
+                    let find = Regex::new(pattern).map_err(|e| (key("regex"), e.to_string()))?;
                     let replacement = required(&key("replacement"), read(key("replacement")))?;
                     let replacement = java_replacement(replacement, regex.captures_len() - 1)
                         .map_err(|reason| (key("replacement"), reason))?;
-                    Transform::RegexRouter { regex, replacement }
+                    Transform::RegexRouter { regex, find, replacement }
                 }
                 "TimestampRouter" => {
                     let topic_format = read(key("topic.format")).unwrap_or("${topic}-${timestamp}").to_string();
@@ -424,10 +442,27 @@ impl Transforms {
                     Transform::DropHeaders { headers: list(required(&key("headers"), read(key("headers")))?) }
                 }
                 "Filter" => Transform::Filter,
-                "ValueToKey" => Transform::ValueToKey { fields: list(required(&key("fields"), read(key("fields")))?) },
+                "ValueToKey" => {
+                    top_level_fields(&key, &mut read)?;
+                    Transform::ValueToKey { fields: list(required(&key("fields"), read(key("fields")))?) }
+                }
                 _ => match field_transform(simple) {
-                    Some(Ok((part, "HeaderFrom"))) => header_from(part, &key, &mut read)?,
-                    Some(Ok((part, base))) => Transform::Field { part, change: field_change(base, &key, &mut read)? },
+                    Some(Ok((part, "HeaderFrom"))) => {
+                        top_level_fields(&key, &mut read)?;
+                        header_from(part, &key, &mut read)?
+                    }
+                    Some(Ok((part, "ExtractField"))) => {
+                        let field = required(&key("field"), read(key("field")))?;
+                        let path = match field_syntax(&key, &mut read)? {
+                            FieldSyntax::V1 => vec![field.to_string()],
+                            FieldSyntax::V2 => field_path(field).map_err(|reason| (key("field"), reason))?,
+                        };
+                        Transform::Field { part, change: FieldChange::Extract { path } }
+                    }
+                    Some(Ok((part, base))) => {
+                        top_level_fields(&key, &mut read)?;
+                        Transform::Field { part, change: field_change(base, &key, &mut read)? }
+                    }
                     Some(Err(reason)) => return Err((key("type"), reason)),
                     None => return Err((key("type"), unsupported_transform(class, simple))),
                 },
@@ -481,7 +516,9 @@ fn field_change<'a>(
             let renames = list(read(key("renames")).unwrap_or_default())
                 .into_iter()
                 .map(|pair| match pair.split_once(':') {
-                    Some((from, to)) if !from.is_empty() && !to.is_empty() => Ok((from.to_string(), to.to_string())),
+                    Some((from, to)) if !from.is_empty() && !to.is_empty() && !to.contains(':') => {
+                        Ok((from.to_string(), to.to_string()))
+                    }
                     _ => Err((key("renames"), format!("'{pair}' is not old:new"))),
                 })
                 .collect::<Result<_, _>>()?;
@@ -493,9 +530,16 @@ fn field_change<'a>(
         }
         "MaskField" => FieldChange::Mask {
             fields: list(required(&key("fields"), read(key("fields")))?),
-            replacement: read(key("replacement")).map(String::from),
+            replacement: match read(key("replacement")) {
+                Some("") => {
+                    return Err((
+                        key("replacement"),
+                        "is empty: leave it out to mask with each type's empty value".into(),
+                    ));
+                }
+                replacement => replacement.map(String::from),
+            },
         },
-        "ExtractField" => FieldChange::Extract { field: required(&key("field"), read(key("field")))?.to_string() },
         "HoistField" => FieldChange::Hoist { field: required(&key("field"), read(key("field")))?.to_string() },
         "Flatten" => FieldChange::Flatten { delimiter: read(key("delimiter")).unwrap_or(".").to_string() },
         "Cast" => cast_spec(&key("spec"), required(&key("spec"), read(key("spec")))?)?,
@@ -593,6 +637,109 @@ fn header_from<'a>(
         other => return Err((key("operation"), format!("'{other}' is neither move nor copy"))),
     };
     Ok(Transform::HeaderFrom { part, fields, headers, copy })
+}
+
+/// KIP-821's `field.syntax.version`: how a transform names a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldSyntax {
+    /// A top-level field's name, dots and all (the default, and Connect's before 3.8).
+    V1,
+    /// A path of nested fields' names joined by dots; a name with dots in backticks.
+    V2,
+}
+
+const FIELD_SYNTAX: &str = "field.syntax.version";
+
+fn field_syntax<'a>(
+    key: &dyn Fn(&str) -> String,
+    read: &mut dyn FnMut(String) -> Option<&'a str>,
+) -> Result<FieldSyntax, TransformProblem> {
+    match read(key(FIELD_SYNTAX)).map(str::trim) {
+        None => Ok(FieldSyntax::V1),
+        Some(v) if v.eq_ignore_ascii_case("v1") => Ok(FieldSyntax::V1),
+        Some(v) if v.eq_ignore_ascii_case("v2") => Ok(FieldSyntax::V2),
+        Some(other) => Err((key(FIELD_SYNTAX), format!("'{other}' is not V1 or V2"))),
+    }
+}
+
+/// `field.syntax.version` of a transform that names top-level fields only: `V2` would
+/// silently read a path as one name, so it is refused (Connect reads V2 paths in
+/// `ExtractField` only).
+fn top_level_fields<'a>(
+    key: &dyn Fn(&str) -> String,
+    read: &mut dyn FnMut(String) -> Option<&'a str>,
+) -> Result<(), TransformProblem> {
+    match field_syntax(key, read)? {
+        FieldSyntax::V1 => Ok(()),
+        FieldSyntax::V2 => Err((
+            key(FIELD_SYNTAX),
+            "V2 (nested field paths, KIP-821) is read by ExtractField only, as in Connect: this transform names top-level fields (set V1 or leave the key out)".into(),
+        )),
+    }
+}
+
+/// A V2 field path's steps, as Connect's `SingleFieldPath` splits it: at each dot, except
+/// inside a pair of backticks (a backtick that is not followed by a dot, or escaped with
+/// a backslash, is part of the name); a trailing dot ends in an empty name.
+fn field_path(path: &str) -> Result<Vec<String>, String> {
+    let bytes = path.as_bytes();
+    let mut steps = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] != b'`' {
+            match path[at..].find('.') {
+                Some(dot) => {
+                    steps.push(path[at..at + dot].to_string());
+                    at += dot + 1;
+                }
+                None => {
+                    steps.push(path[at..].to_string());
+                    at = bytes.len();
+                }
+            }
+            continue;
+        }
+        let opened = at;
+        let incomplete = || {
+            format!(
+                "has an incomplete backtick pair: add a backslash before the backtick at position {opened} to escape it"
+            )
+        };
+        at += 1;
+        let (mut name, mut start) = (String::new(), at);
+        loop {
+            let close = at + path[at..].find('`').ok_or_else(incomplete)?;
+            let escaped = bytes[close - 1] == b'\\';
+            if close + 1 >= bytes.len() {
+                if escaped {
+                    return Err(incomplete());
+                }
+                name.push_str(&path[start..close]);
+                steps.push(std::mem::take(&mut name));
+                at = close + 1;
+                break;
+            }
+            if bytes[close + 1] != b'.' {
+                at = close + 1;
+                continue;
+            }
+            if escaped {
+                name.push_str(&path[start..close - 1]);
+                name.push('`');
+                at = close + 1;
+                start = at;
+                continue;
+            }
+            name.push_str(&path[start..close]);
+            steps.push(std::mem::take(&mut name));
+            at = close + 2;
+            break;
+        }
+    }
+    if path.ends_with('.') {
+        steps.push(String::new());
+    }
+    Ok(steps)
 }
 
 /// `InsertField`'s keys. A name may end in `!` or `?` (required or optional in Connect,
@@ -813,7 +960,8 @@ pub fn format_date(format: &[DatePart], millis: i64) -> String {
 /// lenient `SimpleDateFormat.parse` reads it: a field abutting another is read at its
 /// width, otherwise all its digits; values past their range roll over (month 13 is the
 /// next January); a field the format lacks is the epoch's; text after the format is
-/// ignored. `yy` reads a year within 80 years before and 20 after `now_year`.
+/// ignored; spaces and tabs before a number are skipped. `yy` reads two digits as a year
+/// within 80 years before and 20 after `now_year`, and other digits as they are.
 pub fn parse_date(format: &[DatePart], text: &str, now_year: i64) -> Result<i64, String> {
     let (mut year, mut month, mut day, mut millis_of_day) = (1970, 1, 1, 0i64);
     let mut rest = text;
@@ -843,16 +991,21 @@ pub fn parse_date(format: &[DatePart], text: &str, now_year: i64) -> Result<i64,
             | DatePart::Millis { width } => *width,
         };
         let abutting = format.get(index + 1).is_some_and(|next| !matches!(next, DatePart::Text(_)));
+        rest = rest.trim_start_matches([' ', '\t']);
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         let taken = if abutting { digits.min(width) } else { digits };
         if taken == 0 {
             return Err(format!("'{text}' does not match the format: a number expected at '{rest}'"));
         }
-        let number: i64 =
-            rest[..taken].parse().map_err(|_| format!("'{}' in '{text}' is too large", &rest[..taken]))?;
+        // Nine digits keep every sum below in range; no date needs more.
+        let number: i64 = rest[..taken]
+            .parse()
+            .ok()
+            .filter(|_| taken <= 9)
+            .ok_or_else(|| format!("'{}' in '{text}' is too large", &rest[..taken]))?;
         rest = &rest[taken..];
         match part {
-            DatePart::Year { two_digits: true } if taken <= 2 => {
+            DatePart::Year { two_digits: true } if taken == 2 => {
                 let century = (now_year - 80).div_euclid(100) * 100;
                 year = if century + number < now_year - 80 { century + 100 + number } else { century + number };
             }
@@ -868,7 +1021,9 @@ pub fn parse_date(format: &[DatePart], text: &str, now_year: i64) -> Result<i64,
     }
     let (year, month) = (year + (month - 1).div_euclid(12), (month - 1).rem_euclid(12) + 1);
     let days = days_from_civil(year, month) + day - 1;
-    Ok(days * 86_400_000 + millis_of_day)
+    days.checked_mul(86_400_000)
+        .and_then(|millis| millis.checked_add(millis_of_day))
+        .ok_or_else(|| format!("'{text}' is past the range of a timestamp"))
 }
 
 /// A zone offset at the start of `text` (`Z`, `+hh`, `+hhmm`, `+hh:mm`, or with `-`), in
@@ -957,8 +1112,8 @@ mod tests {
         .unwrap();
         let classes: Vec<&str> = chain.steps().iter().map(|s| s.transform.class()).collect();
         assert_eq!(classes, ["RegexRouter", "InsertHeader", "Filter"]);
-        let Transform::RegexRouter { regex, replacement } = &chain.steps()[0].transform else { panic!() };
-        assert_eq!(regex.replace("logs-raw", replacement.as_str()), "logs-clean");
+        let Transform::RegexRouter { regex, find, replacement } = &chain.steps()[0].transform else { panic!() };
+        assert_eq!(find.replace("logs-raw", replacement.as_str()), "logs-clean");
         assert!(!regex.is_match("logs-raw-2"), "the regex matches the whole topic");
         assert!(matches!(chain.steps()[2].predicate, Some((Predicate::RecordIsTombstone, false))));
         assert!(chain.knows("transforms.route.regex") && chain.knows("predicates.tombstones.type"));
@@ -1130,6 +1285,7 @@ mod tests {
                 "spec" => "a:int8",
                 "renames" => "a:b",
                 "unix.precision" => "seconds",
+                "field.syntax.version" => "V2",
                 _ => "a",
             };
             pairs.extend(keys.iter().map(|key| (format!("{prefix}.{}", key.name), valid(&key.name).to_string())));
@@ -1206,6 +1362,10 @@ mod tests {
         assert_eq!(read("HH:mm", "01:30"), Ok(5_400_000), "missing fields are the epoch's");
         let year = |text: &str| year_of(read("yy", text).unwrap());
         assert_eq!((year("26"), year("47"), year("45"), year("2026")), (2026, 1947, 2045, 2026));
+        assert_eq!((year("5"), year("026")), (5, 26), "only two digits are read around now, as in Java");
+        assert_eq!(read("yyyy-MM-dd HH:mm", " 2026-12-05 \t13:07"), read("yyyy-MM-dd HH:mm", "2026-12-05 13:07"));
+        assert!(read("yyyy", "999999999999").unwrap_err().contains("too large"));
+        assert!(read("yyyy", "999999999").unwrap_err().contains("past the range"));
         assert!(read("yyyy-MM-dd", "2026/12/05").unwrap_err().contains("'-' expected at '/12/05'"));
         assert!(read("yyyy-MM-dd", "x026-12-05").unwrap_err().contains("a number expected"));
         let iso = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX";
@@ -1262,5 +1422,104 @@ mod tests {
         assert_eq!(format("yyyy-MM-dd", 951_782_400_000), "2000-02-29");
         assert!(date_format("yyyy-MMM").is_err(), "a month's name is not written");
         assert!(date_format("'open").is_err());
+    }
+
+    #[test]
+    fn regex_router_replaces_the_leftmost_match_of_a_topic_it_matches_whole() {
+        let route = |regex: &str, replacement: &str, topic: &str| {
+            let chain = parse(&[
+                ("transforms", "r"),
+                ("transforms.r.type", "RegexRouter"),
+                ("transforms.r.regex", regex),
+                ("transforms.r.replacement", replacement),
+            ])
+            .unwrap();
+            let Transform::RegexRouter { regex, find, replacement } = &chain.steps()[0].transform else { panic!() };
+            regex.is_match(topic).then(|| find.replace(topic, replacement.as_str()).into_owned())
+        };
+        // Java's `matches()` decides, then `replaceFirst` replaces what `find()` finds first.
+        assert_eq!(route("orders|orders-.*", "orders-all", "orders-eu").as_deref(), Some("orders-all-eu"));
+        assert_eq!(route("(.*?)(-raw)?", "$1", "orders-raw").as_deref(), Some("orders-raw"));
+        assert_eq!(route("(.*)-raw", "$1", "orders-raw").as_deref(), Some("orders"));
+        assert_eq!(route("orders", "x", "orders-eu"), None);
+    }
+
+    #[test]
+    fn field_syntax_v2_paths_split_as_connects_single_field_path() {
+        let steps = |path: &str| field_path(path).unwrap();
+        // FieldPathNotationTest's cases.
+        assert_eq!(steps(".."), ["", "", ""]);
+        assert_eq!(steps("foo.."), ["foo", "", ""]);
+        assert_eq!(steps(".bar."), ["", "bar", ""]);
+        assert_eq!(steps("..baz"), ["", "", "baz"]);
+        assert!(steps("").is_empty());
+        assert_eq!(steps("foo.bar.baz"), ["foo", "bar", "baz"]);
+        assert_eq!(steps("foo`bar`baz"), ["foo`bar`baz"]);
+        assert_eq!(steps("`foo.bar.baz`"), ["foo.bar.baz"]);
+        assert_eq!(steps("foo.`bar.baz`"), ["foo", "bar.baz"]);
+        assert_eq!(steps("`foo.bar`.baz"), ["foo.bar", "baz"]);
+        assert_eq!(steps("foo.`bar`.baz"), ["foo", "bar", "baz"]);
+        assert_eq!(steps("foo.``bar.baz`"), ["foo", "`bar.baz"]);
+        assert_eq!(steps("foo.`bar.baz``"), ["foo", "bar.baz`"]);
+        assert_eq!(steps("foo.`ba`r.baz`"), ["foo", "ba`r.baz"]);
+        assert_eq!(steps("foo.ba`r.baz"), ["foo", "ba`r", "baz"]);
+        assert_eq!(steps("foo.``bar``.baz"), ["foo", "`bar`", "baz"]);
+        assert_eq!(steps("``foo.bar.baz``"), ["`foo.bar.baz`"]);
+        assert_eq!(steps(r"foo.`bar\`.baz`"), ["foo", "bar`.baz"]);
+        assert_eq!(steps("foo.`bar.`baz`"), ["foo", "bar.`baz"]);
+        assert_eq!(steps(r"foo.`bar\`.`baz`"), ["foo", "bar`.`baz"]);
+        assert_eq!(steps(r"foo.`bar\\`.\`baz`"), ["foo", r"bar\`.\`baz"]);
+        for (path, at) in [("`foo.bar.baz", 0), ("foo.`bar.baz", 4), ("foo.bar.`baz", 8), (r"foo.bar.`baz\`", 8)] {
+            let error = field_path(path).unwrap_err();
+            assert!(error.contains(&format!("backtick at position {at}")), "{path}: {error}");
+        }
+    }
+
+    #[test]
+    fn field_syntax_version_is_read_never_ignored() {
+        let extract = |version: &str| {
+            parse(&[
+                ("transforms", "x"),
+                ("transforms.x.type", "ExtractField$Value"),
+                ("transforms.x.field", "a.b"),
+                ("transforms.x.field.syntax.version", version),
+            ])
+        };
+        let path = |chain: Transforms| match &chain.steps()[0].transform {
+            Transform::Field { change: FieldChange::Extract { path }, .. } => path.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(path(extract("v2").unwrap()), ["a", "b"]);
+        assert_eq!(path(extract("V1").unwrap()), ["a.b"]);
+        assert_eq!(
+            extract("V3").unwrap_err(),
+            ("transforms.x.field.syntax.version".into(), "'V3' is not V1 or V2".into())
+        );
+        for class in ["Cast$Value", "ValueToKey", "HeaderFrom$Key", "MaskField$Value"] {
+            let (key, reason) = parse(&[
+                ("transforms", "x"),
+                ("transforms.x.type", class),
+                ("transforms.x.field.syntax.version", "V2"),
+            ])
+            .unwrap_err();
+            assert_eq!(key, "transforms.x.field.syntax.version", "{class}");
+            assert!(reason.contains("ExtractField only"), "{class}: {reason}");
+        }
+    }
+
+    #[test]
+    fn renames_and_mask_replacements_are_checked_as_connect_checks_them() {
+        let problem = |key: &str, value: &str, class: &str| {
+            parse(&[("transforms", "x"), ("transforms.x.type", class), ("transforms.x.fields", "a"), (key, value)])
+                .unwrap_err()
+        };
+        let (key, reason) = problem("transforms.x.renames", "a:b:c", "ReplaceField$Value");
+        assert_eq!((key.as_str(), reason.as_str()), ("transforms.x.renames", "'a:b:c' is not old:new"));
+        let (key, reason) = problem("transforms.x.replacement", "", "MaskField$Value");
+        assert_eq!(key, "transforms.x.replacement");
+        assert!(reason.contains("is empty"), "{reason}");
+        let keys = plugin_keys("org.apache.kafka.connect.transforms.MaskField$Value").unwrap();
+        let replacement = keys.iter().find(|k| k.name == "replacement").unwrap();
+        assert!(!replacement.required && replacement.default_value.is_none(), "optional, null by default");
     }
 }

@@ -174,9 +174,9 @@ pub(super) fn apply<'c>(
         }
         let failed = |reason: String| format!("transform '{}' ({}): {reason}", step.alias, step.transform.class());
         match &step.transform {
-            Transform::RegexRouter { regex, replacement } => {
+            Transform::RegexRouter { regex, find, replacement } => {
                 if regex.is_match(current) {
-                    routed = Some((regex.replace(current, replacement.as_str()).into_owned(), &step.alias));
+                    routed = Some((find.replace(current, replacement.as_str()).into_owned(), &step.alias));
                 }
             }
             Transform::TimestampRouter { topic_format, format } => {
@@ -252,10 +252,11 @@ fn reshape(
     timestamp_ms: i64,
 ) -> Result<(), String> {
     match change {
-        FieldChange::Extract { field: name } => {
+        FieldChange::Extract { path } => {
             *json = match json.take() {
                 None => None,
-                Some(Json::Object(object)) => field(&object, name).filter(|v| v.get() != "null").map(Json::Other),
+                Some(Json::Other(value)) if is_null(&value) => Some(Json::Other(value)),
+                Some(Json::Object(object)) => extract(object, path)?.filter(|v| !is_null(v)).map(Json::Other),
                 Some(other) => return Err(not_an_object(what, Some(&other))),
             };
             return Ok(());
@@ -267,7 +268,7 @@ fn reshape(
         }
         FieldChange::Timestamp { field: None, to_text, format, precision } => {
             return convert_whole(json, &format!("the {what} must be a timestamp to convert it whole"), |primitive| {
-                convert_timestamp(primitive, *to_text, format.as_deref(), *precision, timestamp_ms)
+                convert_timestamp(primitive, *to_text, format.as_deref(), *precision)
             });
         }
         FieldChange::Cast { whole: Some(to), .. } => {
@@ -280,7 +281,9 @@ fn reshape(
         _ => {}
     }
     let object = match json {
+        // A tombstone, or a value that is JSON's null (Connect's null value), passes.
         None => return Ok(()),
+        Some(Json::Other(value)) if is_null(value) => return Ok(()),
         Some(Json::Object(object)) => object,
         Some(other) => return Err(not_an_object(what, Some(other))),
     };
@@ -303,6 +306,7 @@ fn reshape(
                     *name = to.clone();
                 }
             }
+            one_field_per_name(object);
         }
         FieldChange::Mask { fields, replacement } => {
             for name in fields {
@@ -320,6 +324,7 @@ fn reshape(
             flatten("", std::mem::take(object), delimiter, &mut flat)
                 .map_err(|e| format!("the {what} is not JSON ({e})"))?;
             *object = flat;
+            one_field_per_name(object);
         }
         FieldChange::Cast { fields, .. } => {
             for (name, to) in fields {
@@ -327,9 +332,7 @@ fn reshape(
             }
         }
         FieldChange::Timestamp { field: Some(name), to_text, format, precision } => {
-            convert_field(object, name, |value| {
-                convert_timestamp(value, *to_text, format.as_deref(), *precision, timestamp_ms)
-            })?;
+            convert_field(object, name, |value| convert_timestamp(value, *to_text, format.as_deref(), *precision))?;
         }
         FieldChange::Extract { .. } | FieldChange::Hoist { .. } | FieldChange::Timestamp { field: None, .. } => {
             unreachable!("handled above")
@@ -475,12 +478,12 @@ fn cast(value: &RawValue, to: CastType) -> Result<Box<RawValue>, String> {
 /// `TimestampConverter` of one JSON value, as Connect converts JsonConverter's schemaless
 /// values: an integer is a Unix timestamp in `precision` units, text is read with
 /// `format`; the result is the other (text in `format`, or an integer). A null stays null.
+/// A two-digit year is read around the current year, as `SimpleDateFormat` reads it.
 fn convert_timestamp(
     value: &RawValue,
     to_text: bool,
     format: Option<&[DatePart]>,
     precision: UnixPrecision,
-    now_ms: i64,
 ) -> Result<Box<RawValue>, String> {
     let text = value.get();
     let millis = match text.as_bytes().first() {
@@ -488,7 +491,7 @@ fn convert_timestamp(
         Some(b'"') => {
             let format = format.ok_or("a timestamp in text needs `format` to read it")?;
             let date: String = serde_json::from_str(text).map_err(|e| e.to_string())?;
-            parse_date(format, &date, year_of(now_ms))?
+            parse_date(format, &date, year_of(crate::storage::now_ms()))?
         }
         _ => match text.parse::<i64>() {
             Ok(units) => precision.to_millis(units),
@@ -528,6 +531,55 @@ fn header_text(value: &RawValue) -> String {
     }
 }
 
+/// The value at `path` in `object`, as Connect's `SingleFieldPath` reads a map: a missing
+/// or null field on the way gives none; a step through anything but an object fails.
+fn extract(object: Vec<(String, Box<RawValue>)>, path: &[String]) -> Result<Option<Box<RawValue>>, String> {
+    let Some((last, through)) = path.split_last() else { return Ok(None) };
+    let mut object = object;
+    for (depth, name) in through.iter().enumerate() {
+        let Some(inner) = field(&object, name).filter(|v| !is_null(v)) else { return Ok(None) };
+        if !inner.get().starts_with('{') {
+            let at = path[..=depth].join(".");
+            return Err(format!("the field path goes through '{at}', and it is not an object ({})", kind_of(&inner)));
+        }
+        object = serde_json::Deserializer::from_str(inner.get())
+            .deserialize_map(FieldsInOrder)
+            .map_err(|e| format!("'{name}' is not JSON ({e})"))?;
+    }
+    Ok(field(&object, last))
+}
+
+/// Keeps one field of each name, where the first of them was, with the last one's value
+/// (as a Java map keeps a key put twice): a rename or a flattened path onto a name
+/// already there must not write that name twice.
+fn one_field_per_name(object: &mut Vec<(String, Box<RawValue>)>) {
+    let repeated = if object.len() <= 32 {
+        (1..object.len()).any(|i| object[..i].iter().any(|(name, _)| *name == object[i].0))
+    } else {
+        let mut names = std::collections::HashSet::with_capacity(object.len());
+        !object.iter().all(|(name, _)| names.insert(name.as_str()))
+    };
+    if !repeated {
+        return;
+    }
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::with_capacity(object.len());
+    let mut kept: Vec<(String, Box<RawValue>)> = Vec::with_capacity(object.len());
+    for (name, value) in object.drain(..) {
+        match seen.get(&name) {
+            Some(&at) => kept[at].1 = value,
+            None => {
+                seen.insert(name.clone(), kept.len());
+                kept.push((name, value));
+            }
+        }
+    }
+    *object = kept;
+}
+
+fn is_null(value: &RawValue) -> bool {
+    value.get() == "null"
+}
+
 /// The value of an object's field (the last, when a name is written twice, as a map would keep).
 fn field(object: &[(String, Box<RawValue>)], name: &str) -> Option<Box<RawValue>> {
     object.iter().rev().find(|(n, _)| n == name).map(|(_, value)| value.clone())
@@ -559,14 +611,21 @@ fn masked(value: &RawValue, replacement: Option<&str>) -> Result<Box<RawValue>, 
     let Some(text) = replacement else { return Ok(raw(empty.into())) };
     match empty {
         "\"\"" => Ok(raw(quoted(text))),
+        // Converted to the field's type, as Connect's `Values.convertToLong` and
+        // `convertToDouble` convert it: a fraction into a whole field loses its fraction.
         "0" => {
             let text = text.trim();
-            let number = match text.parse::<i64>() {
-                Ok(whole) => Some(serde_json::Number::from(whole)),
-                Err(_) => text.parse::<f64>().ok().and_then(serde_json::Number::from_f64),
-            };
-            let number = number.ok_or_else(|| format!("replacement '{text}' is not a number, and the field is one"))?;
-            Ok(raw(number.to_string()))
+            let not_a_number = || format!("replacement '{text}' is not a number, and the field is one");
+            let fraction = text.parse::<f64>().ok().filter(|x| x.is_finite());
+            if value.get().parse::<i64>().is_ok() {
+                let whole = match text.parse::<i64>() {
+                    Ok(whole) => whole,
+                    Err(_) => fraction.ok_or_else(not_a_number)?.trunc() as i64,
+                };
+                Ok(raw(whole.to_string()))
+            } else {
+                Ok(raw(format!("{:?}", fraction.ok_or_else(not_a_number)?)))
+            }
         }
         "null" => Ok(null()),
         _ => Err("a replacement only masks a string or a number".into()),
@@ -606,7 +665,10 @@ mod tests {
             assert_eq!(masked(&raw(value.into()), None).unwrap().get(), empty, "{value}");
         }
         assert_eq!(masked(&raw("7".into()), Some(" 0042 ")).unwrap().get(), "42");
-        assert_eq!(masked(&raw("7".into()), Some("1.5")).unwrap().get(), "1.5");
+        assert_eq!(masked(&raw("7".into()), Some("1.5")).unwrap().get(), "1", "converted to a whole field's type");
+        assert_eq!(masked(&raw("-7".into()), Some("-2.9")).unwrap().get(), "-2");
+        assert_eq!(masked(&raw("7.5".into()), Some("2")).unwrap().get(), "2.0", "and to a fraction field's");
+        assert!(masked(&raw("7".into()), Some("x")).unwrap_err().contains("not a number"));
         assert!(masked(&raw("true".into()), Some("x")).is_err());
     }
 
@@ -670,7 +732,7 @@ mod tests {
     fn timestamps_convert_between_unix_units_and_text() {
         let date = crate::config::transforms::date_format("yyyy-MM-dd HH:mm:ss.SSS").unwrap();
         let convert = |value: &str, to_text: bool, precision: UnixPrecision| {
-            convert_timestamp(&raw(value.into()), to_text, Some(&date), precision, 0).map(|v| v.get().to_string())
+            convert_timestamp(&raw(value.into()), to_text, Some(&date), precision).map(|v| v.get().to_string())
         };
         assert_eq!(convert("1796476029", true, UnixPrecision::Seconds).unwrap(), "\"2026-12-05 13:07:09.000\"");
         assert_eq!(
@@ -690,7 +752,7 @@ mod tests {
         assert!(convert("1.5", true, UnixPrecision::Seconds).unwrap_err().contains("it is a fraction"));
         assert!(convert("true", true, UnixPrecision::Seconds).unwrap_err().contains("it is a boolean"));
         assert!(convert("\"05.12.2026\"", false, UnixPrecision::Seconds).unwrap_err().contains("does not match"));
-        let no_format = convert_timestamp(&raw("\"2026\"".into()), false, None, UnixPrecision::Seconds, 0);
+        let no_format = convert_timestamp(&raw("\"2026\"".into()), false, None, UnixPrecision::Seconds);
         assert!(no_format.unwrap_err().contains("needs `format`"));
         let mut json = Some(Json::parse(br#"{"at":1796476029,"n":1}"#).unwrap());
         let change = FieldChange::Timestamp {
@@ -701,5 +763,57 @@ mod tests {
         };
         reshape(&mut json, &change, "value", "t", 0).unwrap();
         assert_eq!(json.unwrap().write().get(), r#"{"at":"20261205","n":1}"#);
+    }
+
+    #[test]
+    fn extract_follows_a_v2_path_through_nested_objects() {
+        let extract = |value: &str, path: &[&str]| {
+            let mut json = Some(Json::parse(value.as_bytes()).unwrap());
+            let change = FieldChange::Extract { path: path.iter().map(|s| s.to_string()).collect() };
+            reshape(&mut json, &change, "value", "t", 0).map(|()| json.map(|j| j.write().get().to_string()))
+        };
+        let value = r#"{"foo":{"bar":42,"baz":null,"a.b":{"c":"x"}},"n":1}"#;
+        assert_eq!(extract(value, &["foo", "bar"]).unwrap().as_deref(), Some("42"));
+        assert_eq!(extract(value, &["foo", "a.b", "c"]).unwrap().as_deref(), Some("\"x\""));
+        assert_eq!(extract(value, &["foo"]).unwrap().as_deref(), Some(r#"{"bar":42,"baz":null,"a.b":{"c":"x"}}"#));
+        for missing in [&["un", "known"][..], &["foo", "unknown"], &["foo", "baz"], &["foo", "baz", "inner"]] {
+            assert_eq!(extract(value, missing).unwrap(), None, "{missing:?}: a missing or null field gives none");
+        }
+        let through = extract(value, &["n", "x"]).unwrap_err();
+        assert!(through.contains("through 'n'") && through.contains("it is a number"), "{through}");
+        assert_eq!(extract("null", &["foo"]).unwrap().as_deref(), Some("null"), "JSON's null passes");
+    }
+
+    #[test]
+    fn renames_and_flattened_paths_onto_a_name_keep_one_field() {
+        let mut json = Some(Json::parse(br#"{"a.b":1,"x":0,"a":{"b":2}}"#).unwrap());
+        reshape(&mut json, &FieldChange::Flatten { delimiter: ".".into() }, "value", "t", 0).unwrap();
+        assert_eq!(json.unwrap().write().get(), r#"{"a.b":2,"x":0}"#, "where the first was, with the last value");
+        let mut json = Some(Json::parse(br#"{"a":1,"b":2,"c":3}"#).unwrap());
+        let rename =
+            FieldChange::Replace { exclude: Vec::new(), include: Vec::new(), renames: vec![("a".into(), "b".into())] };
+        reshape(&mut json, &rename, "value", "t", 0).unwrap();
+        assert_eq!(json.unwrap().write().get(), r#"{"b":2,"c":3}"#);
+        let many: Vec<String> = (0..40).map(|i| format!("\"f{i}\":{i}")).collect();
+        let mut json = Some(Json::parse(format!("{{{},\"f0\":{{\"\":9}}}}", many.join(",")).as_bytes()).unwrap());
+        reshape(&mut json, &FieldChange::Flatten { delimiter: "".into() }, "value", "t", 0).unwrap();
+        let written = json.unwrap().write().get().to_string();
+        assert!(written.starts_with(r#"{"f0":9,"f1":1,"#) && written.matches("\"f0\"").count() == 1, "{written}");
+    }
+
+    #[test]
+    fn a_value_that_is_jsons_null_passes_field_transforms_as_connects_null_does() {
+        let changes = [
+            FieldChange::Insert { topic: Some("t".into()), timestamp: None, fixed: None },
+            FieldChange::Replace { exclude: vec!["a".into()], include: Vec::new(), renames: Vec::new() },
+            FieldChange::Mask { fields: vec!["a".into()], replacement: None },
+            FieldChange::Flatten { delimiter: ".".into() },
+            FieldChange::Cast { whole: None, fields: vec![("a".into(), CastType::Int8)] },
+        ];
+        for change in &changes {
+            let mut json = Some(Json::parse(b"null").unwrap());
+            reshape(&mut json, change, "value", "t", 0).unwrap_or_else(|e| panic!("{change:?}: {e}"));
+            assert_eq!(json.unwrap().write().get(), "null", "{change:?}");
+        }
     }
 }
