@@ -37,6 +37,8 @@ async fn a_refused_record_goes_to_the_dead_letter_topic_and_the_task_runs_on() {
     assert_eq!(header("__connect.errors.connector.name").as_deref(), Some("tolerant"));
     assert_eq!(header("__connect.errors.source.partition").as_deref(), Some(r#"{"task":"0"}"#));
     assert_eq!(header("__connect.errors.truncated").as_deref(), Some("true"));
+    assert_eq!(header("__connect.errors.stage").as_deref(), Some("TASK_POLL"));
+    assert_eq!(header("__connect.errors.class.name"), None);
     assert!(dead[0].record.value.as_ref().unwrap().starts_with(b"0-7"));
     let task = host.wait_task("tolerant", 0, State::Running).await;
     assert_eq!(task.records_refused, 1, "{task:?}");

@@ -6,7 +6,8 @@
 //! `tasks.max` far above the work, a finished file that changes, one line too large for a
 //! record, a file replaced or removed while it is read, a move cut short by a crash, and
 //! the listed and archive folders removed and made again, and a task held by a log
-//! renamed away that is still written.
+//! renamed away that is still written, and one file under several names (hard and
+//! symbolic links) with links that lead nowhere.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -551,4 +552,69 @@ async fn a_listed_folder_renamed_away_while_a_file_is_read_finishes_it_before_fo
     assert_eq!(values.len(), expected.len(), "{} lines sent of {}", values.len(), expected.len());
     assert_eq!(values, expected, "lines lost or sent twice");
     std::fs::remove_dir_all(renamed).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_under_several_names_is_read_once_and_symbolic_links_are_followed() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let inbox = dirs.inbox.path();
+    // Two hard links and a symbolic link to one file, all there at the first listing (as
+    // `cp -al`, or a tool that links before it unlinks, leaves them).
+    let written: Vec<String> = (0..300).map(|i| format!("a{i}")).collect();
+    std::fs::write(inbox.join(".a.log"), written.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    std::fs::hard_link(inbox.join(".a.log"), inbox.join("b.log")).unwrap();
+    std::os::unix::fs::symlink("b.log", inbox.join("c.log")).unwrap();
+    // A file reached only through a link (its folder is not walked), and links that lead
+    // outside the granted folders or nowhere: named in the log, skipped, harmless.
+    std::fs::create_dir(inbox.join("sub")).unwrap();
+    std::fs::write(inbox.join("sub/x.txt"), "x1\nx2\n").unwrap();
+    std::os::unix::fs::symlink("sub/x.txt", inbox.join("x.log")).unwrap();
+    // One that leads into another granted folder, which WASI alone does not follow.
+    std::fs::write(dirs.done.path().join("y.txt"), "y1\n").unwrap();
+    let done_name = dirs.done.path().file_name().unwrap().to_str().unwrap();
+    std::os::unix::fs::symlink(format!("../{done_name}/y.txt"), inbox.join("y.log")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", inbox.join("away.log")).unwrap();
+    std::os::unix::fs::symlink("missing.log", inbox.join("dangling.log")).unwrap();
+    std::fs::rename(inbox.join(".a.log"), inbox.join("a.log")).unwrap();
+    host.start(pulse("pulse", &dirs.config(&[("tasks.max", "3")]))).await;
+
+    wait_until("every file finished", || {
+        let offsets = offsets_by_path(&host);
+        let done = |names: &[&str]| names.iter().any(|n| offsets.get(*n).is_some_and(|o| o["done"] == true));
+        (done(&["a.log", "b.log", "c.log"]) && done(&["x.log"]) && done(&["y.log"])).then_some(())
+    })
+    .await;
+    // A file dropped later is read after more listings, so a second reading of any name
+    // would have begun by then.
+    let before = host.values("lines").len();
+    drop_file(inbox, "late.log", b"late\n");
+    wait_until("a later file", || host.values("lines").contains(&"late".to_string()).then_some(())).await;
+    let mut values = host.values("lines");
+    values.sort();
+    let mut expected: Vec<String> = written.into_iter().chain(["x1", "x2", "y1", "late"].map(String::from)).collect();
+    expected.sort();
+    assert_eq!(values, expected, "each line once ({before} before the later file)");
+    assert_eq!(offsets_by_path(&host).len(), 4, "one partition per file: {:?}", offsets_by_path(&host).keys());
+    assert_eq!(host.status("pulse").unwrap().connector.state, State::Running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_folder_named_through_a_symbolic_link_is_read() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let link = dirs.done.path().join("inbox-link");
+    std::os::unix::fs::symlink(dirs.inbox.path(), &link).unwrap();
+    drop_file(dirs.inbox.path(), "a.log", b"one\ntwo\n");
+    // The folder and its grant both named through the link, as a user types them.
+    let link = format!("{}/", link.display());
+    let config = [
+        ("topic", "lines"),
+        ("fs.listing.directory.path", link.as_str()),
+        ("fs.listing.interval.ms", "100"),
+        ("sandbox.fs.read", link.as_str()),
+    ];
+    host.start(crate::common::connector("pulse", "file-pulse", &config)).await;
+    wait_until("the lines", || (host.values("lines").len() == 2).then_some(())).await;
+    assert_eq!(host.values("lines"), ["one", "two"]);
 }

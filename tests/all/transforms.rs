@@ -121,6 +121,7 @@ async fn json_lines_are_reshaped_and_a_line_that_is_not_json_is_refused_alone() 
     std::fs::write(dirs.inbox.path().join("events.json"), lines.join("\n") + "\n").unwrap();
     let extra = [
         ("errors.tolerance", "all"),
+        ("errors.deadletterqueue.topic.name", "dlq"),
         ("transforms", "clean,key"),
         ("transforms.clean.type", "org.apache.kafka.connect.transforms.ReplaceField$Value"),
         ("transforms.clean.exclude", "secret"),
@@ -139,6 +140,18 @@ async fn json_lines_are_reshaped_and_a_line_that_is_not_json_is_refused_alone() 
     wait_until("the three JSON lines", || (host.keyed_values("lines").len() >= 3).then_some(())).await;
     assert_eq!(host.keyed_values("lines"), expected);
     assert_eq!(host.status("events").unwrap().tasks[0].state, State::Running);
+    // Its dead-letter copy names the stage and the transform, as Connect's does.
+    let dead = host.herder.services().stores.local().read(DEFAULT_TENANT, "dlq", 0, 10).unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let header = |name: &str| {
+        dead[0].record.headers.iter().find(|(k, _)| k == name).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(header("__connect.errors.stage").as_deref(), Some("TRANSFORMATION"));
+    assert_eq!(
+        header("__connect.errors.class.name").as_deref(),
+        Some("org.apache.kafka.connect.transforms.ReplaceField$Value")
+    );
+    assert_eq!(dead[0].record.value.as_deref(), Some(&b"not json"[..]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

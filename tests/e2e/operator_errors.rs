@@ -2,7 +2,8 @@
 //! is a file or read-only; a cleanup path that is not granted; unknown keys; unknown
 //! connectors, tenants and topics in `offsets` and `topics`; a tenant's quota over several
 //! files; names and messages that try to forge log lines; a `stdout` reader that goes away;
-//! and a tenant's records/s shared fairly whatever the batch sizes.
+//! a tenant's records/s shared fairly whatever the batch sizes; and a listed folder removed
+//! while a connector runs.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -511,4 +512,55 @@ fn stdout_a_refused_record_goes_to_the_dead_letter_topic_and_the_rest_are_writte
     assert_eq!(stdout_values(&out, "t"), expected);
     let dead = stdout_values(&out, "dlq");
     assert!(dead.len() == 1 && dead[0].starts_with("0-7"), "dead letters: {}", dead.len());
+}
+
+#[test]
+fn a_listed_folder_removed_while_running_is_warned_about_and_followed_when_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let inbox = dir.path().join("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    std::fs::write(inbox.join("a.log"), "a\n").unwrap();
+    let inbox_text = inbox.to_str().unwrap();
+    let text = format!(
+        r#"{{"name": "files", "config": {{"connector.class": "file-pulse", "topic": "lines",
+            "fs.listing.directory.path": "{inbox_text}", "sandbox.fs.read": "{inbox_text}",
+            "fs.listing.interval.ms": "100", "monitor.interval.ms": "100"}}}}"#
+    );
+    let file = connector_file(dir.path(), "files.json", &text);
+    let log = dir.path().join("sluice.log");
+    let mut child = sluice()
+        .arg("run")
+        .arg("--plugin-path")
+        .arg(plugins(&data, &["file-pulse"]))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg(&file)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let values = || {
+        let stores = crate::stores(&data).ok()?;
+        let records = stores.local().read(DEFAULT_TENANT, "lines", 0, 10).ok()?;
+        Some(
+            records
+                .into_iter()
+                .map(|r| String::from_utf8(r.record.value.unwrap().to_vec()).unwrap())
+                .collect::<Vec<_>>(),
+        )
+    };
+    wait_until("the first file", || (values()? == ["a"]).then_some(()));
+    std::fs::remove_dir_all(&inbox).unwrap();
+    let warned = wait_until("a warning naming the folder", || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.lines().find(|l| l.contains("WARN") && l.contains("is gone")).map(String::from)
+    });
+    assert!(warned.contains(inbox_text), "{warned}");
+    std::fs::create_dir(&inbox).unwrap();
+    std::fs::write(inbox.join("b.log"), "b\n").unwrap();
+    wait_until("the file in the new folder", || (values()? == ["a", "b"]).then_some(()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("is gone").count(), 1, "said once while it lasted: {text}");
 }

@@ -162,7 +162,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: SANDBOX_FS_READ,
         type_: KeyType::List,
         default: KeyDefault::Unset("none"),
-        documentation: "comma-separated host directories the plugin may read, at the same path inside",
+        documentation: "comma-separated host directories the plugin may read, at the same path inside (a path through a symbolic link is granted as the directory it leads to, and seen inside under both names)",
     },
     HostKey {
         name: SANDBOX_FS_WRITE,
@@ -224,7 +224,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: ERRORS_DEAD_LETTER_TOPIC,
         type_: KeyType::String,
         default: KeyDefault::Unset("none"),
-        documentation: "with `errors.tolerance=all`: a topic that gets each refused record (cut to fit `sandbox.record.max.bytes`) with `__connect.errors.*` headers naming the reason, connector, task and source partition",
+        documentation: "with `errors.tolerance=all`: a topic that gets each refused record (cut to fit `sandbox.record.max.bytes`) with `__connect.errors.*` headers naming the reason, connector, task, source partition and stage (`TASK_POLL`, or `TRANSFORMATION` with the transform's class)",
     },
     HostKey {
         name: ERRORS_LOG_ENABLE,
@@ -398,6 +398,10 @@ pub struct CallTimeouts {
 pub struct SandboxSettings {
     pub fs_read: Vec<PathBuf>,
     pub fs_write: Vec<PathBuf>,
+    /// A granted directory (canonical, as in `fs_read` or `fs_write`) and the name the
+    /// config gave it, where the two differ (a path through a symbolic link): the plugin
+    /// reads paths in its config as typed, so the grant is also mounted under that name.
+    pub fs_aliases: Vec<(PathBuf, String)>,
     pub memory_max_bytes: u64,
     pub timeouts: CallTimeouts,
     /// Largest record (key + value + headers) a task may return.
@@ -501,6 +505,7 @@ impl ConnectorSettings {
         let sandbox = SandboxSettings {
             fs_read: directories(SANDBOX_FS_READ, get(SANDBOX_FS_READ))?,
             fs_write: directories(SANDBOX_FS_WRITE, get(SANDBOX_FS_WRITE))?,
+            fs_aliases: typed_names(get(SANDBOX_FS_READ)).chain(typed_names(get(SANDBOX_FS_WRITE))).collect(),
             memory_max_bytes: positive(SANDBOX_MEMORY_MAX_BYTES)?,
             timeouts,
             record_max_bytes: positive(SANDBOX_RECORD_MAX_BYTES)?,
@@ -610,9 +615,36 @@ fn directories(key: &'static str, list: Option<&str>) -> Result<Vec<PathBuf>, Ke
         .collect()
 }
 
+/// Each directory of a list that is a path through a symbolic link: its canonical path and
+/// its name as typed (made absolute, not resolved).
+fn typed_names(list: Option<&str>) -> impl Iterator<Item = (PathBuf, String)> + '_ {
+    list.unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).filter_map(|dir| {
+        let canonical = std::fs::canonicalize(dir).ok()?;
+        let typed = std::path::absolute(dir).ok()?;
+        if typed.components().any(|c| matches!(c, std::path::Component::ParentDir | std::path::Component::CurDir)) {
+            return None;
+        }
+        let typed: PathBuf = typed.components().collect();
+        (typed != canonical).then(|| (canonical, typed.to_string_lossy().into_owned()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grant_through_a_link_keeps_the_name_it_was_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = real.with_file_name("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let list = format!("{}/, {}", link.display(), real.display());
+        let settings = ConnectorSettings::parse(&|key| (key == SANDBOX_FS_READ).then_some(list.as_str())).unwrap();
+        assert_eq!(settings.sandbox.fs_read, [real.clone(), real.clone()]);
+        assert_eq!(settings.sandbox.fs_aliases, [(real, link.display().to_string())]);
+    }
 
     #[test]
     fn every_default_parses_and_names_are_unique() {

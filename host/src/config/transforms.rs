@@ -19,7 +19,7 @@ use super::keys::parse_bool;
 pub const TRANSFORMS: &str = "transforms";
 pub const PREDICATES: &str = "predicates";
 
-const PACKAGE: &str = "org.apache.kafka.connect.transforms.";
+pub const PACKAGE: &str = "org.apache.kafka.connect.transforms.";
 const PREDICATE_PACKAGE: &str = "org.apache.kafka.connect.transforms.predicates.";
 
 /// The transforms Sluice runs, by Connect's simple class name (the full name

@@ -90,6 +90,11 @@ impl GrantedDirs {
             then.is_some_and(|then| then != now).then_some(dir.as_path())
         })
     }
+
+    /// A granted directory that was there when the instance was made and is gone now.
+    fn gone(&self) -> Option<&Path> {
+        self.0.iter().find_map(|(dir, then)| (then.is_some() && identity(dir).is_none()).then_some(dir.as_path()))
+    }
 }
 
 #[cfg(unix)]
@@ -203,6 +208,7 @@ impl ConnectorRun {
         // Before the instance opens them, so a directory replaced in between is seen as
         // replaced at the first tick (one restart too many, never one too few).
         let granted = GrantedDirs::now(&self.settings.sandbox);
+        let mut gone_reported: Option<PathBuf> = None;
         let context = self.services.context(&self.namespace, None, Some(self.reconfigure.clone()));
         let mut instance =
             match self.services.runtime.instantiate(self.plugin.pre(), context, &self.settings.sandbox).await {
@@ -260,6 +266,20 @@ impl ConnectorRun {
                 }
                 _ = tokio::time::sleep_until(next_tick.into()), if !is_paused => {
                     next_tick = wake_after(self.settings.monitor_interval);
+                    // Said once while it lasts: the instance holds the old directory open
+                    // and sees nothing in it, which would otherwise look like an idle source.
+                    match (granted.gone(), &gone_reported) {
+                        (Some(dir), None) => {
+                            tracing::warn!(
+                                connector = %self.config.name,
+                                "'{}' is gone (removed or renamed away) since the connector started: nothing new is read from it until a directory is made under its name again, which the connector then restarts to see",
+                                dir.display()
+                            );
+                            gone_reported = Some(dir.to_path_buf());
+                        }
+                        (None, Some(_)) => gone_reported = None,
+                        _ => {}
+                    }
                     if let Some(dir) = granted.replaced() {
                         // A task part way through a file of the old directory reads it to
                         // its end first: a restart would reopen it by a path it no longer has.

@@ -384,16 +384,26 @@ impl Herder {
             if connectors.contains_key(&ns) {
                 continue;
             }
-            let text =
-                serde_json::json!({ "name": ns.connector, "config": pairs.into_iter().collect::<BTreeMap<_, _>>() });
-            let config = match ConnectorConfig::from_json(&text.to_string(), &ns.connector) {
+            let map: serde_json::Map<String, serde_json::Value> =
+                pairs.into_iter().map(|(key, value)| (key, serde_json::Value::String(value))).collect();
+            let config = match ConnectorConfig::from_map(Some(ns.connector.clone()), &map, &ns.connector) {
                 Ok(config) => config,
                 Err(e) => {
+                    tracing::error!(tenant = %ns.tenant, connector = %ns.connector, "cannot bring back: {e}");
                     self.services.board.set_connector(&ns, State::Failed, Some(e.to_string()));
                     continue;
                 }
             };
-            match admission::admit(&self.services, &config, &self.running(&connectors)).await {
+            // A config that no longer passes its checks (a granted directory gone, say)
+            // stays listed, FAILED with why, for a restart once it is fixed or a delete.
+            let checked = config.check().map_err(|e| e.to_string());
+            let admitted = match checked {
+                Ok(()) => admission::admit(&self.services, &config, &self.running(&connectors))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match admitted {
                 Ok(admitted) => {
                     let entry = self.launch(&ns, config, admitted, target);
                     connectors.insert(ns, entry);

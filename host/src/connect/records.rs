@@ -229,23 +229,29 @@ pub fn check_batch(
         let size = shared.record_size(record);
         let checked = if record.headers.len as usize > MAX_HEADERS {
             let headers = record.headers.len;
-            Err(format!("record {index} has {headers} headers, more than the {MAX_HEADERS} a record may carry"))
+            Err(format!("record {index} has {headers} headers, more than the {MAX_HEADERS} a record may carry").into())
         } else if size > sandbox.record_max_bytes {
             Err(format!(
                 "record {index} of {} exceeds sandbox.record.max.bytes ({})",
                 human_bytes(size),
                 human_bytes(sandbox.record_max_bytes)
-            ))
+            )
+            .into())
         } else {
-            check_record(record, now_ms, transforms, sandbox.record_max_bytes, &mut shared, &mut builder)
-                .map_err(|reason| format!("record {index} of the poll batch refused: {reason}"))
+            check_record(record, now_ms, transforms, sandbox.record_max_bytes, &mut shared, &mut builder).map_err(
+                |refusal| Refusal {
+                    reason: format!("record {index} of the poll batch refused: {}", refusal.reason),
+                    ..refusal
+                },
+            )
         };
         match checked {
             Ok(()) => advanced.advance(shared.partition(record.partition)?, record.offset),
-            Err(reason) if !errors.tolerate_all => {
-                return Err(format!("connector '{connector}' task {task}: {reason}"));
+            Err(refusal) if !errors.tolerate_all => {
+                return Err(format!("connector '{connector}' task {task}: {}", refusal.reason));
             }
-            Err(reason) => {
+            Err(refusal) => {
+                let reason = &refusal.reason;
                 if errors.log {
                     tracing::warn!(connector, task, "skipped a record (errors.tolerance=all): {reason}");
                 }
@@ -262,7 +268,7 @@ pub fn check_batch(
                     _ => false,
                 };
                 if let Some(copy) =
-                    dead_letter(record, &shared, data, commits, &reason, errors, sandbox, now_ms, source)
+                    dead_letter(record, &shared, data, commits, &refusal, errors, sandbox, now_ms, source)
                 {
                     builder.push_record(&copy);
                 }
@@ -282,7 +288,7 @@ fn dead_letter(
     shared: &Shared,
     data: &[u8],
     commits: bool,
-    reason: &str,
+    refusal: &Refusal,
     errors: &ErrorHandling,
     sandbox: &SandboxSettings,
     now_ms: i64,
@@ -295,17 +301,24 @@ fn dead_letter(
     let mut headers: Vec<(String, Vec<u8>)> = vec![
         ("__connect.errors.connector.name".into(), source.connector.as_bytes().to_vec()),
         ("__connect.errors.task.id".into(), source.task.to_string().into_bytes()),
-        ("__connect.errors.stage".into(), b"TASK_POLL".to_vec()),
         ("__connect.errors.source.partition".into(), shorten(partition_text).into_bytes()),
         ("__connect.errors.source.offset".into(), shorten(&Shared::lossy(data, record.offset)).into_bytes()),
     ];
+    match refusal.transform {
+        None => headers.push(("__connect.errors.stage".into(), b"TASK_POLL".to_vec())),
+        Some(class) => {
+            headers.push(("__connect.errors.stage".into(), b"TRANSFORMATION".to_vec()));
+            let class = format!("{}{class}", crate::config::transforms::PACKAGE);
+            headers.push(("__connect.errors.class.name".into(), class.into_bytes()));
+        }
+    }
     if let Some(original) = record.topic.and_then(|t| shared.topic_text(t)) {
         headers.push(("__connect.errors.topic".into(), shorten(original).into_bytes()));
     }
     let size = |headers: &[(String, Vec<u8>)]| headers.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
     // Even the reason gives way to the cap, however small the cap.
     let fixed = size(&headers) + (MESSAGE.len() + TRUNCATED.len() + 4) as u64;
-    let mut message = reason.as_bytes().to_vec();
+    let mut message = refusal.reason.as_bytes().to_vec();
     message.truncate(sandbox.record_max_bytes.saturating_sub(fixed) as usize);
     headers.push((MESSAGE.into(), message));
     let mut room = sandbox.record_max_bytes.saturating_sub(size(&headers) + (TRUNCATED.len() + 4) as u64);
@@ -363,19 +376,21 @@ fn check_record(
     record_max_bytes: u64,
     shared: &mut Shared,
     builder: &mut RecordBatchBuilder,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     shared.partition(record.partition)?;
     let (offset, offset_text) = builder.text(part(record.offset), "offset")?;
     if let Err(e) = check_object(offset_text) {
-        return Err(format!("offset is {e}"));
+        return Err(format!("offset is {e}").into());
     }
     let Some(topic_index) = record.topic else {
         return Ok(());
     };
     let topic_text = match shared.topics.get(topic_index as usize) {
         Some((_, Ok(topic))) => topic,
-        Some((_, Err(reason))) => return Err(reason.clone()),
-        None => return Err(format!("topic {topic_index} is not one of the batch's {} topics", shared.topics.len())),
+        Some((_, Err(reason))) => return Err(reason.clone().into()),
+        None => {
+            return Err(format!("topic {topic_index} is not one of the batch's {} topics", shared.topics.len()).into());
+        }
     };
     let mut topic = *shared.built_topics[topic_index as usize].get_or_insert_with(|| builder.topic(topic_text.clone()));
     let index = record.partition as usize;
@@ -386,16 +401,20 @@ fn check_record(
     let timestamp_ms = record.timestamp.unwrap_or(now_ms);
     let (key, value) = (record.key.map(part), record.value.map(part));
     if transforms.is_empty() {
-        return builder.push(topic, partition, offset, key, value, headers, timestamp_ms);
+        return Ok(builder.push(topic, partition, offset, key, value, headers, timestamp_ms)?);
     }
     let record = transforms::Record { topic: topic_text.clone(), key, value, headers: headers.collect(), timestamp_ms };
-    let Some(transformed) = transforms::apply(transforms, record, builder)? else {
+    let transformed = transforms::apply(transforms, record, builder)
+        .map_err(|refused| Refusal { reason: refused.reason, transform: Some(refused.class) })?;
+    let Some(transformed) = transformed else {
         // Dropped by a transform: its offset still advances, as an offset-only record's.
         return Ok(());
     };
     if let Some((routed, alias)) = transformed.topic {
-        check_topic(&routed)
-            .map_err(|reason| format!("transform '{alias}' routed it to a topic Kafka refuses: {reason}"))?;
+        check_topic(&routed).map_err(|reason| Refusal {
+            reason: format!("transform '{alias}' routed it to a topic Kafka refuses: {reason}"),
+            transform: transforms.steps().iter().find(|s| s.alias == alias).map(|s| s.transform.class()),
+        })?;
         topic = builder.topic(Arc::from(routed));
     }
     // What the transforms added counts toward the record cap too.
@@ -407,9 +426,23 @@ fn check_record(
             "transformed, it is {}, more than sandbox.record.max.bytes ({})",
             human_bytes(size),
             human_bytes(record_max_bytes)
-        ));
+        )
+        .into());
     }
-    builder.push(topic, partition, offset, transformed.key, transformed.value, transformed.headers, timestamp_ms)
+    Ok(builder.push(topic, partition, offset, transformed.key, transformed.value, transformed.headers, timestamp_ms)?)
+}
+
+/// Why a record is refused, and by which transform, if one: a dead-letter copy names the
+/// stage (Connect's `TASK_POLL` or `TRANSFORMATION`) and the transform's class.
+struct Refusal {
+    reason: String,
+    transform: Option<&'static str>,
+}
+
+impl From<String> for Refusal {
+    fn from(reason: String) -> Refusal {
+        Refusal { reason, transform: None }
+    }
 }
 
 #[cfg(test)]

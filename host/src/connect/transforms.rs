@@ -148,16 +148,35 @@ impl Side {
     }
 }
 
+/// A record a transform refused: the transform's class (as [`Transform::class`] names it)
+/// and why.
+pub(super) struct Refused {
+    pub class: &'static str,
+    pub reason: String,
+}
+
 /// Runs the chain over one record; `None` when a transform drops it.
 pub(super) fn apply<'c>(
     chain: &'c Transforms,
     record: Record,
     builder: &mut RecordBatchBuilder,
+) -> Result<Option<Transformed<'c>>, Refused> {
+    let mut class = "";
+    apply_steps(chain, record, builder, &mut class).map_err(|reason| Refused { class, reason })
+}
+
+/// [`apply`], naming in `class` the transform at work.
+fn apply_steps<'c>(
+    chain: &'c Transforms,
+    record: Record,
+    builder: &mut RecordBatchBuilder,
+    class: &mut &'static str,
 ) -> Result<Option<Transformed<'c>>, String> {
     let Record { topic, key, value, mut headers, timestamp_ms } = record;
     let (mut key, mut value) = (Side::Bytes(key), Side::Bytes(value));
     let mut routed: Option<(String, &str)> = None;
     for step in chain.steps() {
+        *class = step.transform.class();
         let current = routed.as_ref().map_or(&*topic, |(topic, _)| topic.as_str());
         if let Some((predicate, negate)) = &step.predicate {
             let holds = match predicate {

@@ -54,7 +54,7 @@ const IDLE_EPOCH_TICK: Duration = Duration::from_millis(50);
 /// swapped since for a link to somewhere else (another tenant's files) would otherwise be
 /// followed by every later instance (a restart, a recycled task). On Linux the directory
 /// opened is the one checked: through the descriptor that was checked, not its path again.
-fn preopen_granted(wasi: &mut WasiCtxBuilder, dir: &std::path::Path, perms: FsPerms) -> Result<(), String> {
+fn preopen_granted(wasi: &mut WasiCtxBuilder, dir: &std::path::Path, name: &str, perms: FsPerms) -> Result<(), String> {
     let key = match perms {
         FsPerms::ReadWrite => crate::config::keys::SANDBOX_FS_WRITE,
         FsPerms::ReadOnly => crate::config::keys::SANDBOX_FS_READ,
@@ -90,7 +90,7 @@ fn preopen_granted(wasi: &mut WasiCtxBuilder, dir: &std::path::Path, perms: FsPe
         ));
     }
     // `_held` stays open until here: `open` names it.
-    wasi.preopened_dir(&open, dir.to_string_lossy(), perms).map_err(|e| cannot(&format!("{e:#}")))?;
+    wasi.preopened_dir(&open, name, perms).map_err(|e| cannot(&format!("{e:#}")))?;
     Ok(())
 }
 
@@ -241,10 +241,18 @@ impl Runtime {
         let mut wasi = WasiCtxBuilder::new();
         wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).stdout(log.stdout()).stderr(log.stderr());
         for dir in &sandbox.fs_write {
-            preopen_granted(&mut wasi, dir, FsPerms::ReadWrite).map_err(CallError::Setup)?;
+            preopen_granted(&mut wasi, dir, &dir.to_string_lossy(), FsPerms::ReadWrite).map_err(CallError::Setup)?;
         }
         for dir in sandbox.fs_read.iter().filter(|d| !sandbox.fs_write.contains(d)) {
-            preopen_granted(&mut wasi, dir, FsPerms::ReadOnly).map_err(CallError::Setup)?;
+            preopen_granted(&mut wasi, dir, &dir.to_string_lossy(), FsPerms::ReadOnly).map_err(CallError::Setup)?;
+        }
+        // The same directories under the names the config gave them through links.
+        let mut aliased = std::collections::BTreeSet::new();
+        for (dir, name) in &sandbox.fs_aliases {
+            let perms = if sandbox.fs_write.contains(dir) { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+            if aliased.insert(name) {
+                preopen_granted(&mut wasi, dir, name, perms).map_err(CallError::Setup)?;
+            }
         }
         let state = HostState {
             wasi: wasi.build(),

@@ -92,13 +92,56 @@ fn mtime_ns(stat: &wasi::filesystem::types::DescriptorStat) -> u64 {
     stat.data_modification_timestamp.map_or(0, |t| t.seconds * 1_000_000_000 + u64::from(t.nanoseconds))
 }
 
-/// Identity, size and modification time of the file at `path`.
+/// Identity, size and modification time of the file at `path` (of the file a symbolic
+/// link there leads to).
 fn look(path: &str) -> Result<(String, Seen), ErrorCode> {
-    in_preopen(path, |dir, relative| {
-        let id = hash_hex(dir.metadata_hash_at(PathFlags::SYMLINK_FOLLOW, relative)?);
-        let stat = dir.stat_at(PathFlags::SYMLINK_FOLLOW, relative)?;
-        Ok((id, Seen { size: stat.size, mtime: mtime_ns(&stat) }))
+    look_at(path).map(|(id, seen, _)| (id, seen))
+}
+
+/// [`look`], and whether it is a regular file.
+fn look_at(path: &str) -> Result<(String, Seen, bool), ErrorCode> {
+    following_links(path, |path| {
+        in_preopen(path, |dir, relative| {
+            let id = hash_hex(dir.metadata_hash_at(PathFlags::SYMLINK_FOLLOW, relative)?);
+            let stat = dir.stat_at(PathFlags::SYMLINK_FOLLOW, relative)?;
+            Ok((id, Seen { size: stat.size, mtime: mtime_ns(&stat) }, stat.type_ == DescriptorType::RegularFile))
+        })
     })
+}
+
+/// `f` of `path`, or of where the symbolic link at `path` leads when WASI does not follow
+/// it itself: a relative link out of the granted directory that holds it (WASI resolves a
+/// path inside one grant). The grants stay the boundary: the target is opened through
+/// the grant it is in, if any. (WASI does not read a link to an absolute path at all.)
+fn following_links<T>(path: &str, f: impl Fn(&str) -> Result<T, ErrorCode>) -> Result<T, ErrorCode> {
+    let mut path = std::borrow::Cow::Borrowed(path);
+    for _ in 0..8 {
+        match f(&path) {
+            Err(refused @ (ErrorCode::NotPermitted | ErrorCode::Access)) => {
+                let target = in_preopen(&path, |dir, relative| dir.readlink_at(relative)).map_err(|_| refused)?;
+                let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
+                let joined = if target.starts_with('/') { target } else { format!("{parent}/{target}") };
+                path = std::borrow::Cow::Owned(lexically_normal(&joined));
+            }
+            other => return other,
+        }
+    }
+    Err(ErrorCode::Loop)
+}
+
+/// `path` with its `.` and `..` steps resolved by name.
+fn lexically_normal(path: &str) -> String {
+    let mut steps: Vec<&str> = Vec::new();
+    for step in path.split('/') {
+        match step {
+            "" | "." => {}
+            ".." => {
+                steps.pop();
+            }
+            step => steps.push(step),
+        }
+    }
+    format!("/{}", steps.join("/"))
 }
 
 fn identity(path: &str) -> Option<String> {
@@ -117,8 +160,10 @@ fn list_dir(path: &str) -> Result<(Descriptor, DirectoryEntryStream), ErrorCode>
 }
 
 fn open(path: &str) -> Result<Descriptor, ErrorCode> {
-    in_preopen(path, |dir, relative| {
-        dir.open_at(PathFlags::SYMLINK_FOLLOW, relative, OpenFlags::empty(), DescriptorFlags::READ)
+    following_links(path, |path| {
+        in_preopen(path, |dir, relative| {
+            dir.open_at(PathFlags::SYMLINK_FOLLOW, relative, OpenFlags::empty(), DescriptorFlags::READ)
+        })
     })
 }
 
@@ -233,6 +278,8 @@ struct ConnectorState {
     /// How many undecodable names the log last reported (it warns again only when the
     /// number changes).
     undecodable_reported: u64,
+    /// Symbolic links the log said it cannot follow (each is named once).
+    unfollowed_links: BTreeSet<String>,
 }
 
 impl ConnectorState {
@@ -252,8 +299,9 @@ impl ConnectorState {
         format!("{}/{relative}", self.settings().directory)
     }
 
-    /// The next file of the walk (a relative path), `None` when the pass is over.
-    fn next_listed(&mut self) -> Option<String> {
+    /// The next file of the walk (a relative path, and whether it is a symbolic link),
+    /// `None` when the pass is over.
+    fn next_listed(&mut self) -> Option<(String, bool)> {
         let settings = self.settings();
         let walk = self.walk.as_mut()?;
         loop {
@@ -293,7 +341,11 @@ impl ConnectorState {
                 DescriptorType::Directory if settings.recursive && !self.excluded.contains(&relative) => {
                     walk.dirs.push(relative);
                 }
-                DescriptorType::RegularFile if settings.filter.is_match(&name) => return Some(relative),
+                DescriptorType::RegularFile if settings.filter.is_match(&name) => return Some((relative, false)),
+                // Read as the file it leads to, as Connect's file sources read one (a
+                // folder of links, as Kubernetes' /var/log/containers, streams); a link
+                // to a directory is not walked, so no walk loops.
+                DescriptorType::SymbolicLink if settings.filter.is_match(&name) => return Some((relative, true)),
                 _ => {}
             }
         }
@@ -303,13 +355,40 @@ impl ConnectorState {
     fn walk_step(&mut self) {
         let deadline = Instant::now() + WALK_BUDGET;
         let mut batch: Vec<(String, String, Seen)> = Vec::new();
+        // The files of `batch` by identity, to the name each was listed under.
+        let mut batched: HashMap<String, String> = HashMap::new();
         let mut over = false;
         while Instant::now() < deadline {
-            let Some(relative) = self.next_listed() else {
+            let Some((relative, link)) = self.next_listed() else {
                 over = true;
                 break;
             };
-            let Ok((id, seen)) = look(&self.absolute(&relative)) else { continue }; // gone meanwhile
+            let (id, seen) = match look_at(&self.absolute(&relative)) {
+                Ok((id, seen, true)) => (id, seen),
+                Ok((_, _, false)) => continue, // a link to a directory, or to a device
+                Err(e) if link => {
+                    if self.unfollowed_links.insert(relative.clone()) {
+                        log::warn(&format!(
+                            "{}: a symbolic link that cannot be followed ({}): it leads nowhere, or outside the granted directories",
+                            printable(&relative),
+                            error_text(e)
+                        ));
+                    }
+                    continue;
+                }
+                Err(_) => continue, // gone meanwhile
+            };
+            // Two names of one file (hard links, or a symbolic link and its file) listed
+            // together: one file, read once, under the first name.
+            if let Some(first) = batched.get(&id) {
+                log::info(&format!(
+                    "{} is the same file as {}: reading it once, as {}",
+                    printable(&relative),
+                    printable(first),
+                    printable(first)
+                ));
+                continue;
+            }
             let pass = self.walk.as_ref().map_or(0, |w| w.pass);
             let cleanup = self.settings().cleanup;
             let (recheck, clean_up) = match self.known.get_mut(&id) {
@@ -333,9 +412,11 @@ impl ConnectorState {
                 self.clean_up(&id, &relative, &offset);
             }
             if recheck {
+                batched.insert(id.clone(), relative.clone());
                 batch.push((id, relative, seen));
                 if batch.len() >= LOOKUP_BATCH {
                     self.decide_all(std::mem::take(&mut batch));
+                    batched.clear();
                 }
             }
         }

@@ -3,6 +3,8 @@
 //! afterwards while running ones keep their code, two versions side by side; a half-copied
 //! and a garbage file are listed with their reason and never stop the others; a removed
 //! file stops nothing. What the streaming connectors deliver is exactly once throughout.
+//! A connector whose plugin or granted directory was gone when `serve` started stays
+//! listed, FAILED with why, and starts on a restart once it is back.
 
 use std::path::Path;
 
@@ -146,6 +148,45 @@ fn a_connector_whose_plugin_was_gone_at_start_is_restarted_once_it_is_back() {
     server.wait_for("c running again", "/connectors/c/status", None, |s| all_in(s, "RUNNING", 1));
     let before = counter_records(&data, "default", "c").len();
     crate::wait_until("c streaming again", || (counter_records(&data, "default", "c").len() > before).then_some(()));
+}
+
+#[test]
+fn a_connector_whose_granted_directory_was_gone_at_start_stays_listed_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let input = dir.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    let plugins = plugin_folder(dir.path(), &["file-pulse"]);
+    let mut server = Server::start(&data, &plugins, None);
+    let input_text = input.to_str().unwrap();
+    let body = json!({"name": "files", "config": {"connector.class": "file-pulse", "topic": "lines",
+        "fs.listing.directory.path": input_text, "sandbox.fs.read": input_text}});
+    assert_eq!(server.call("POST", "/connectors", None, Some(&body.to_string())).status, 201);
+    server.wait_for("files running", "/connectors/files/status", None, |s| s["connector"]["state"] == "RUNNING");
+    assert!(server.terminate().success());
+
+    // Brought back without the folder it was granted: listed, FAILED naming the key, and
+    // its name still taken; never a 404 that a create would then quietly reuse.
+    std::fs::remove_dir(&input).unwrap();
+    let server = Server::start(&data, &plugins, None);
+    let failed =
+        server.wait_for("files failed", "/connectors/files/status", None, |s| s["connector"]["state"] == "FAILED");
+    let trace = failed["connector"]["trace"].as_str().unwrap_or_default();
+    assert!(trace.contains("sandbox.fs.read") && trace.contains("cannot be granted"), "{failed}");
+    assert_eq!(server.get("/connectors").json(), json!(["files"]));
+    assert_eq!(server.get("/connectors/files/config").json()["fs.listing.directory.path"], input_text);
+    let again = json!({"name": "files", "config": {"connector.class": "file-pulse", "topic": "other"}});
+    server.call("POST", "/connectors", None, Some(&again.to_string())).assert_error(409);
+    let refused = server.call("POST", "/connectors/files/restart", None, None).assert_error(400);
+    assert!(refused.contains("sandbox.fs.read"), "{refused}");
+
+    // The folder back: a restart starts it; and a delete removes it.
+    std::fs::create_dir(&input).unwrap();
+    let restarted = server.call("POST", "/connectors/files/restart?includeTasks=true", None, None);
+    assert_eq!(restarted.status, 202, "{restarted:?}");
+    server.wait_for("files running again", "/connectors/files/status", None, |s| s["connector"]["state"] == "RUNNING");
+    assert_eq!(server.call("DELETE", "/connectors/files", None, None).status, 204);
+    assert_eq!(server.get("/connectors").json(), json!([]));
 }
 
 #[test]
