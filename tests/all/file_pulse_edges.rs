@@ -618,3 +618,26 @@ async fn a_listed_folder_named_through_a_symbolic_link_is_read() {
     wait_until("the lines", || (host.values("lines").len() == 2).then_some(())).await;
     assert_eq!(host.values("lines"), ["one", "two"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offset_rewound_by_hand_is_read_on_from_its_position() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let lines: Vec<String> = (1..=10).map(|i| format!("L{i}")).collect();
+    std::fs::write(dirs.inbox.path().join("a.txt"), lines.iter().map(|l| format!("{l}\n")).collect::<String>())
+        .unwrap();
+    host.start(pulse("pulse", &dirs.config(&[]))).await;
+    wait_until("the file", || (offsets_by_path(&host).get("a.txt")?["done"] == true).then_some(())).await;
+    // As `PATCH /connectors/pulse/offsets` with what a user writes: where to read on,
+    // without the size, modification time or head the plugin writes itself.
+    let ns = Namespace::new(DEFAULT_TENANT, "pulse");
+    host.herder.stop_connector(&ns).await.unwrap();
+    let partition = host.herder.services().stores.offsets().all_offsets(&ns).unwrap().pop().unwrap().0;
+    let rewind = r#"{"path":"a.txt","position":15,"line":5,"done":false}"#;
+    host.herder.alter_offsets(&ns, &[(partition, Some(rewind.to_string()))]).await.unwrap();
+    host.herder.set_paused(&ns, false).await.unwrap();
+    wait_until("the file read on", || (host.values("lines").len() >= 15).then_some(())).await;
+    let again: Vec<String> = lines.iter().chain(&lines[5..]).cloned().collect();
+    wait_until("finished again", || (offsets_by_path(&host).get("a.txt")?["done"] == true).then_some(())).await;
+    assert_eq!(host.values("lines"), again, "L6 to L10 again, not the whole file");
+}

@@ -51,15 +51,19 @@ pub struct FileOffset {
     /// Bytes consumed (of the decompressed stream for `.gz` files), up to the end of the
     /// last complete line sent.
     pub position: u64,
-    /// Records (lines) emitted so far.
+    /// Records (lines) emitted so far. (Every field but `position` may be left out of an
+    /// offset written by hand, as a rewind through the REST API does.)
+    #[serde(default)]
     pub line: u64,
     /// File size when it was last read (everything up to it was seen, sent or held back
     /// as an unfinished last line).
+    #[serde(default)]
     pub size: u64,
     /// Modification time (nanoseconds since the Unix epoch) when it was last read.
     #[serde(default)]
     pub mtime: u64,
     /// Nothing more will be read from this version of the file.
+    #[serde(default)]
     pub done: bool,
     #[serde(default, skip_serializing_if = "is_eof")]
     pub end: End,
@@ -280,6 +284,14 @@ mod tests {
         for n in (0..200_000).chain((0..200_000).map(|i| u64::MAX / 200_000 * i + i)) {
             assert_eq!(decimal(n, &mut digits), n.to_string().as_bytes(), "{n}");
         }
+    }
+
+    #[test]
+    fn an_offset_written_by_hand_needs_only_its_position() {
+        let rewound = FileOffset::parse(r#"{"path":"a.txt","position":15,"line":5,"done":false}"#).unwrap();
+        assert_eq!((rewound.position, rewound.line, rewound.size, rewound.done), (15, 5, 0, false));
+        assert_eq!(FileOffset::parse(r#"{"position":15}"#).unwrap().position, 15);
+        assert!(FileOffset::parse(r#"{"path":"a.txt"}"#).is_none(), "a position says where to read on");
     }
 
     #[test]

@@ -535,9 +535,25 @@ pub mod offsets {
     use super::*;
     use crate::bindings::sluice::connector::offset_storage_reader;
 
-    /// The committed offset of one partition.
+    /// The committed offset of one partition. One this plugin cannot read (written by
+    /// hand through `PATCH /connectors/{name}/offsets`, say) is `None`, with a warning
+    /// naming the partition and why: it would otherwise be read from the start unseen.
     pub fn get<P: Serialize, O: DeserializeOwned>(partition: &P) -> Option<O> {
-        offset_storage_reader::offset(&json(partition)).and_then(|text| serde_json::from_str(&text).ok())
+        let asked = json(partition);
+        let text = offset_storage_reader::offset(&asked)?;
+        typed(&asked, &text)
+    }
+
+    fn typed<O: DeserializeOwned>(partition: &str, text: &str) -> Option<O> {
+        match serde_json::from_str(text) {
+            Ok(offset) => Some(offset),
+            Err(e) => {
+                crate::log::warn(&format!(
+                    "the committed offset {text} of partition {partition} is not one this plugin reads ({e}): taken as no offset"
+                ));
+                None
+            }
+        }
     }
 
     /// The committed offsets of many partitions in one call, in the order asked.
@@ -545,7 +561,8 @@ pub mod offsets {
         let asked: Vec<String> = partitions.iter().map(json).collect();
         offset_storage_reader::offsets(&asked)
             .into_iter()
-            .map(|(_, offset)| offset.and_then(|text| serde_json::from_str(&text).ok()))
+            .zip(&asked)
+            .map(|((_, offset), partition)| offset.and_then(|text| typed(partition, &text)))
             .collect()
     }
 }
