@@ -641,3 +641,33 @@ async fn an_offset_rewound_by_hand_is_read_on_from_its_position() {
     wait_until("finished again", || (offsets_by_path(&host).get("a.txt")?["done"] == true).then_some(())).await;
     assert_eq!(host.values("lines"), again, "L6 to L10 again, not the whole file");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_modified_too_recently_waits_for_the_minimum_age() {
+    use std::time::SystemTime;
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let hour = Duration::from_secs(3600);
+    let write = |name: &str, text: &str, modified: SystemTime| {
+        let path = dirs.inbox.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(modified).unwrap();
+    };
+    // Still being written, as far as its modification time tells (an hour ahead stands
+    // for "just now" for as long as the test needs).
+    write("young.log", "young\n", SystemTime::now() + hour);
+    write("old.log", "old\n", SystemTime::now() - hour);
+    host.start(pulse("pulse", &dirs.config(&[("file.filter.minimum.age.ms", "1000")]))).await;
+    wait_until("the old file", || host.values("lines").contains(&"old".to_string()).then_some(())).await;
+    // Listings went on past the young file: a later old one is read, the young one not.
+    write("later.log", "later\n", SystemTime::now() - hour);
+    wait_until("a later file", || host.values("lines").contains(&"later".to_string()).then_some(())).await;
+    assert!(!host.values("lines").contains(&"young".to_string()), "{:?}", host.values("lines"));
+    // Old enough now: read, once.
+    let path = dirs.inbox.path().join("young.log");
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(SystemTime::now() - hour).unwrap();
+    wait_until("the young file", || host.values("lines").contains(&"young".to_string()).then_some(())).await;
+    let mut values = host.values("lines");
+    values.sort();
+    assert_eq!(values, ["later", "old", "young"]);
+}

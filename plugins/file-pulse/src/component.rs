@@ -411,6 +411,11 @@ impl ConnectorState {
                 let offset = FileOffset { path: relative.clone(), ..FileOffset::default() };
                 self.clean_up(&id, &relative, &offset);
             }
+            // Modified too recently: looked at again by a later listing.
+            let minimum_age_ms = self.settings().minimum_age_ms;
+            if recheck && minimum_age_ms > 0 && now_ms().saturating_sub(seen.mtime / 1_000_000) < minimum_age_ms {
+                continue;
+            }
             if recheck {
                 batched.insert(id.clone(), relative.clone());
                 batch.push((id, relative, seen));

@@ -20,6 +20,12 @@ pub const KEYS: &[(&str, Option<&str>, &str, &str)] = &[
     ),
     ("fs.listing.recursive", Some("false"), "medium", "Descend into subdirectories."),
     ("file.filter.regex.pattern", Some(".*"), "medium", "Only files whose name matches are streamed."),
+    (
+        "file.filter.minimum.age.ms",
+        Some("0"),
+        "medium",
+        "A file is streamed only once it has not been modified for this long, so one still being copied in (cp, scp) is not read part way and again; 0 streams files at once.",
+    ),
     ("fs.cleanup.policy", Some("none"), "medium", "What happens to a finished file: none, delete, or move."),
     ("fs.cleanup.policy.move.success.path", Some(""), "medium", "With move: where finished files go."),
     (
@@ -92,6 +98,7 @@ pub struct Settings {
     pub listing_interval_ms: u64,
     pub recursive: bool,
     pub filter: regex_lite::Regex,
+    pub minimum_age_ms: u64,
     pub cleanup: Cleanup,
     pub move_success: String,
     pub move_failure: String,
@@ -197,6 +204,7 @@ impl Settings {
             listing_interval_ms: number("fs.listing.interval.ms")?,
             recursive: boolean("fs.listing.recursive")?,
             filter,
+            minimum_age_ms: number("file.filter.minimum.age.ms")?,
             cleanup,
             move_success,
             move_failure,
