@@ -834,9 +834,11 @@ impl Connector for ConnectorState {
     }
 
     fn validate(config: &Config) -> Vec<ConfigProblem> {
-        let settings = match Settings::parse(&config.0) {
+        let settings = match Settings::parse_all(&config.0) {
             Ok(settings) => settings,
-            Err((key, message)) => return vec![ConfigProblem { key, message }],
+            Err(problems) => {
+                return problems.into_iter().map(|(key, message)| ConfigProblem { key, message }).collect();
+            }
         };
         if let Err(e) = std::fs::read_dir(&settings.directory) {
             return vec![ConfigProblem {

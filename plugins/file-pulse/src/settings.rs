@@ -116,50 +116,75 @@ pub struct Settings {
 pub type Problem = (String, String);
 
 impl Settings {
+    /// The settings of `config`, or its first problem.
     pub fn parse(config: &BTreeMap<String, String>) -> Result<Settings, Problem> {
+        Settings::parse_all(config).map_err(|mut problems| problems.swap_remove(0))
+    }
+
+    /// The settings of `config`, or every key's problem (as Connect's validate lists them
+    /// all, so a form shows each beside its key at once).
+    pub fn parse_all(config: &BTreeMap<String, String>) -> Result<Settings, Vec<Problem>> {
         let get = |key: &str| -> String {
             match config.get(key) {
                 Some(v) => v.trim().to_string(),
                 None => KEYS.iter().find(|k| k.0 == key).and_then(|k| k.1).unwrap_or("").to_string(),
             }
         };
+        let problems = std::cell::RefCell::new(Vec::new());
+        // A key's value, or its problem noted and a stand-in so the other keys are checked.
+        fn noted<T>(problems: &std::cell::RefCell<Vec<Problem>>, value: Result<T, Problem>, stand_in: T) -> T {
+            value.unwrap_or_else(|problem| {
+                problems.borrow_mut().push(problem);
+                stand_in
+            })
+        }
         let problem = |key: &str, reason: String| (key.to_string(), reason);
-        let required = |key: &str| -> Result<String, Problem> {
+        let required = |key: &str| -> String {
             let value = get(key);
-            if value.is_empty() { Err(problem(key, "required".into())) } else { Ok(value) }
+            noted(
+                &problems,
+                if value.is_empty() { Err(problem(key, "required".into())) } else { Ok(value) },
+                String::new(),
+            )
         };
-        let number = |key: &str| -> Result<u64, Problem> {
+        let number = |key: &str| -> u64 {
             let value = get(key);
-            value.parse().map_err(|_| problem(key, format!("'{value}' is not a non-negative integer")))
+            noted(
+                &problems,
+                value.parse().map_err(|_| problem(key, format!("'{value}' is not a non-negative integer"))),
+                0,
+            )
         };
-        let boolean = |key: &str| -> Result<bool, Problem> {
-            match get(key).to_ascii_lowercase().as_str() {
+        let boolean = |key: &str| -> bool {
+            let value = match get(key).to_ascii_lowercase().as_str() {
                 "true" => Ok(true),
                 "false" => Ok(false),
                 other => Err(problem(key, format!("'{other}' is not true or false"))),
-            }
+            };
+            noted(&problems, value, false)
         };
         let pattern = get("file.filter.regex.pattern");
         let filter = regex_lite::Regex::new(&pattern).map_err(|e| {
             problem("file.filter.regex.pattern", format!("'{pattern}' is not a valid regular expression: {e}"))
-        })?;
+        });
+        let filter = match filter {
+            Ok(filter) => filter,
+            Err(problem) => noted(&problems, Err(problem), regex_lite::Regex::new(".*").expect("a valid pattern")),
+        };
         let cleanup = match get("fs.cleanup.policy").as_str() {
-            "none" => Cleanup::None,
-            "delete" => Cleanup::Delete,
-            "move" => Cleanup::Move,
+            "none" => Ok(Cleanup::None),
+            "delete" => Ok(Cleanup::Delete),
+            "move" => Ok(Cleanup::Move),
             other => {
-                return Err(problem(
-                    "fs.cleanup.policy",
-                    format!("unknown policy '{other}' (expected none, delete or move)"),
-                ));
+                Err(problem("fs.cleanup.policy", format!("unknown policy '{other}' (expected none, delete or move)")))
             }
         };
+        let cleanup = noted(&problems, cleanup, Cleanup::None);
         let move_success = get("fs.cleanup.policy.move.success.path");
         if cleanup == Cleanup::Move && move_success.is_empty() {
-            return Err(problem(
-                "fs.cleanup.policy.move.success.path",
-                "required when fs.cleanup.policy is move".into(),
-            ));
+            problems
+                .borrow_mut()
+                .push(problem("fs.cleanup.policy.move.success.path", "required when fs.cleanup.policy is move".into()));
         }
         let move_failure = match get("fs.cleanup.policy.move.failure.path") {
             empty if empty.is_empty() => move_success.clone(),
@@ -167,14 +192,14 @@ impl Settings {
         };
         let move_success = move_success.trim_end_matches('/').to_string();
         let move_failure = move_failure.trim_end_matches('/').to_string();
-        let directory = required("fs.listing.directory.path")?.trim_end_matches('/').to_string();
-        if cleanup == Cleanup::Move {
+        let directory = required("fs.listing.directory.path").trim_end_matches('/').to_string();
+        if cleanup == Cleanup::Move && !directory.is_empty() {
             for (key, path) in [
                 ("fs.cleanup.policy.move.success.path", &move_success),
                 ("fs.cleanup.policy.move.failure.path", &move_failure),
             ] {
-                if *path == directory {
-                    return Err(problem(
+                if *path == directory && !problems.borrow().iter().any(|(k, _)| k == key) {
+                    problems.borrow_mut().push(problem(
                         key,
                         format!("'{path}' is the listed directory itself: files moved there would be read again"),
                     ));
@@ -182,41 +207,43 @@ impl Settings {
             }
         }
         let read_mode = match get("read.mode").as_str() {
-            "lines" => ReadMode::Lines,
-            "bytes" => ReadMode::Bytes,
-            other => return Err(problem("read.mode", format!("unknown mode '{other}' (expected lines or bytes)"))),
+            "lines" => Ok(ReadMode::Lines),
+            "bytes" => Ok(ReadMode::Bytes),
+            other => Err(problem("read.mode", format!("unknown mode '{other}' (expected lines or bytes)"))),
         };
+        let read_mode = noted(&problems, read_mode, ReadMode::Lines);
         let completion = match get("file.completion").as_str() {
-            "eof" => Completion::Eof,
-            "tail" => Completion::Tail,
-            other => {
-                return Err(problem("file.completion", format!("unknown completion '{other}' (expected eof or tail)")));
-            }
+            "eof" => Ok(Completion::Eof),
+            "tail" => Ok(Completion::Tail),
+            other => Err(problem("file.completion", format!("unknown completion '{other}' (expected eof or tail)"))),
         };
-        Ok(Settings {
-            topic: required("topic")?,
+        let completion = noted(&problems, completion, Completion::Eof);
+        let settings = Settings {
+            topic: required("topic"),
             directory,
             record_max_bytes: match config.get("sandbox.record.max.bytes") {
                 // The host's default; the host refuses a record above its cap either way.
                 None => 1 << 20,
-                Some(_) => number("sandbox.record.max.bytes")?,
+                Some(_) => number("sandbox.record.max.bytes"),
             },
-            listing_interval_ms: number("fs.listing.interval.ms")?,
-            recursive: boolean("fs.listing.recursive")?,
+            listing_interval_ms: number("fs.listing.interval.ms"),
+            recursive: boolean("fs.listing.recursive"),
             filter,
-            minimum_age_ms: number("file.filter.minimum.age.ms")?,
+            minimum_age_ms: number("file.filter.minimum.age.ms"),
             cleanup,
             move_success,
             move_failure,
             read_mode,
-            bytes_max: number("read.bytes.max.size")?,
+            bytes_max: number("read.bytes.max.size"),
             completion,
-            tail_idle_ms: number("tail.idle.ms")?,
-            rotation_grace_ms: number("tail.rotation.grace.ms")?,
-            stall_timeout_ms: number("task.stall.timeout.ms")?,
-            poll_max_records: number("poll.max.records")?.max(1) as usize,
-            poll_max_bytes: number("poll.max.bytes")?.max(1) as usize,
-        })
+            tail_idle_ms: number("tail.idle.ms"),
+            rotation_grace_ms: number("tail.rotation.grace.ms"),
+            stall_timeout_ms: number("task.stall.timeout.ms"),
+            poll_max_records: number("poll.max.records").max(1) as usize,
+            poll_max_bytes: number("poll.max.bytes").max(1) as usize,
+        };
+        let problems = problems.into_inner();
+        if problems.is_empty() { Ok(settings) } else { Err(problems) }
     }
 }
 
@@ -271,6 +298,34 @@ mod tests {
         let into_itself = parse(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", "/in/")]);
         assert_eq!(into_itself.unwrap_err().0, "fs.cleanup.policy.move.success.path");
         assert_eq!(parse(&[]).unwrap().record_max_bytes, 1 << 20);
+        // Every key's problem at once, as Connect's validate lists them.
+        let mut config: BTreeMap<String, String> = [
+            ("fs.listing.directory.path", "/in"),
+            ("tail.idle.ms", "-5"),
+            ("read.mode", "chars"),
+            ("fs.listing.recursive", "yes"),
+            ("task.stall.timeout.ms", "-1"),
+            ("file.filter.regex.pattern", "("),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let keys = |config: &BTreeMap<String, String>| {
+            let mut keys: Vec<String> = Settings::parse_all(config).unwrap_err().into_iter().map(|(k, _)| k).collect();
+            keys.sort();
+            keys
+        };
+        let expected = [
+            "file.filter.regex.pattern",
+            "fs.listing.recursive",
+            "read.mode",
+            "tail.idle.ms",
+            "task.stall.timeout.ms",
+            "topic",
+        ];
+        assert_eq!(keys(&config), expected);
+        config.insert("fs.cleanup.policy".into(), "move".into());
+        assert!(keys(&config).contains(&"fs.cleanup.policy.move.success.path".to_string()));
         assert_eq!(parse(&[("sandbox.record.max.bytes", "100")]).unwrap().record_max_bytes, 100);
     }
 }
