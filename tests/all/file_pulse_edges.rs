@@ -671,3 +671,36 @@ async fn a_file_modified_too_recently_waits_for_the_minimum_age() {
     values.sort();
     assert_eq!(values, ["later", "old", "young"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_and_a_link_to_it_in_tail_mode_keep_one_name_and_whole_lines() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let inbox = dirs.inbox.path();
+    let log = inbox.join("app.log");
+    std::fs::write(&log, "l0\n").unwrap();
+    std::os::unix::fs::symlink("app.log", inbox.join("current.log")).unwrap();
+    let config = dirs.config(&[("file.completion", "tail"), ("tail.rotation.grace.ms", "200")]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("the first line", || (host.values("lines").len() == 1).then_some(())).await;
+    let mut expected = vec!["l0".to_string()];
+    for round in 1..=4 {
+        // A line written in two parts, with listings (each seeing both names) between.
+        let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        file.write_all(format!("l{round}-fir").as_bytes()).unwrap();
+        let passes_before = host.values("lines").len();
+        drop_file(inbox, &format!("marker{round}.txt"), b"");
+        wait_until("a listing after the first part", || {
+            offsets_by_path(&host).get(&format!("marker{round}.txt")).map(|_| ())
+        })
+        .await;
+        file.write_all(b"st-and-second\n").unwrap();
+        expected.push(format!("l{round}-first-and-second"));
+        wait_until("the whole line", || (host.values("lines").len() > passes_before).then_some(())).await;
+    }
+    wait_until("every line", || (host.values("lines").len() >= expected.len()).then_some(())).await;
+    let keyed = host.keyed_values("lines");
+    assert_eq!(keyed.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(), expected, "each line once, whole");
+    let keys: std::collections::BTreeSet<&str> = keyed.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys.len(), 1, "one file, one name: {keys:?}");
+}

@@ -47,6 +47,25 @@ async fn a_routed_and_stamped_record_reaches_the_log_under_its_new_topic() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regex_router_replaces_the_leftmost_match_as_javas_replace_first() {
+    let host = TestHost::new(&["counter"]).await;
+    let config = [
+        ("topic", "orders-eu"),
+        ("record.count", "5"),
+        ("transforms", "route"),
+        ("transforms.route.type", "RegexRouter"),
+        ("transforms.route.regex", "orders|orders-.*"),
+        ("transforms.route.replacement", "all"),
+    ];
+    host.start(connector("leftmost", "counter", &config)).await;
+    wait_until("the 5th record committed", || (host.seq("leftmost", r#"{"counter":0}"#)? == 4).then_some(())).await;
+    // `matches()` decides (through the second alternative); `replaceFirst` then replaces
+    // what `find()` finds first: `orders`, the first alternative.
+    assert_eq!(host.values("all-eu").len(), 5);
+    assert!(host.values("all").is_empty() && host.values("orders-eu").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filtered_record_is_not_delivered_and_its_offset_commits() {
     let host = TestHost::new(&["counter"]).await;
     let filtered = [

@@ -502,10 +502,12 @@ impl ConnectorSettings {
             .ok()
             .filter(|p| *p <= 100)
             .ok_or((SANDBOX_MEMORY_RECYCLE_PERCENT, "must be a whole number from 0 to 100".to_string()))?;
+        let fs_read = directories(SANDBOX_FS_READ, get(SANDBOX_FS_READ))?;
+        let fs_write = directories(SANDBOX_FS_WRITE, get(SANDBOX_FS_WRITE))?;
         let sandbox = SandboxSettings {
-            fs_read: directories(SANDBOX_FS_READ, get(SANDBOX_FS_READ))?,
-            fs_write: directories(SANDBOX_FS_WRITE, get(SANDBOX_FS_WRITE))?,
-            fs_aliases: typed_names(get(SANDBOX_FS_READ)).chain(typed_names(get(SANDBOX_FS_WRITE))).collect(),
+            fs_read: fs_read.iter().map(|(dir, _)| dir.clone()).collect(),
+            fs_write: fs_write.iter().map(|(dir, _)| dir.clone()).collect(),
+            fs_aliases: fs_read.into_iter().chain(fs_write).filter_map(|(dir, typed)| Some((dir, typed?))).collect(),
             memory_max_bytes: positive(SANDBOX_MEMORY_MAX_BYTES)?,
             timeouts,
             record_max_bytes: positive(SANDBOX_RECORD_MAX_BYTES)?,
@@ -598,8 +600,10 @@ pub fn parse_bool(text: &str) -> Result<bool, String> {
     }
 }
 
-/// A comma-separated list of existing directories, made absolute.
-fn directories(key: &'static str, list: Option<&str>) -> Result<Vec<PathBuf>, KeyProblem> {
+/// A comma-separated list of existing directories, made canonical, each with its name as
+/// typed (made absolute, not resolved) where that is a path through a symbolic link. One
+/// resolution per directory: the name is only ever an alias of the directory checked.
+fn directories(key: &'static str, list: Option<&str>) -> Result<Vec<(PathBuf, Option<String>)>, KeyProblem> {
     let Some(list) = list else { return Ok(Vec::new()) };
     list.split(',')
         .map(str::trim)
@@ -610,23 +614,13 @@ fn directories(key: &'static str, list: Option<&str>) -> Result<Vec<PathBuf>, Ke
             if !path.is_dir() {
                 return Err((key, format!("'{dir}' is not a directory")));
             }
-            Ok(path)
+            let typed = std::path::absolute(dir).ok().filter(|typed| {
+                !typed.components().any(|c| matches!(c, std::path::Component::ParentDir | std::path::Component::CurDir))
+            });
+            let typed = typed.map(|typed| typed.components().collect::<PathBuf>()).filter(|typed| *typed != path);
+            Ok((path, typed.map(|typed| typed.to_string_lossy().into_owned())))
         })
         .collect()
-}
-
-/// Each directory of a list that is a path through a symbolic link: its canonical path and
-/// its name as typed (made absolute, not resolved).
-fn typed_names(list: Option<&str>) -> impl Iterator<Item = (PathBuf, String)> + '_ {
-    list.unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).filter_map(|dir| {
-        let canonical = std::fs::canonicalize(dir).ok()?;
-        let typed = std::path::absolute(dir).ok()?;
-        if typed.components().any(|c| matches!(c, std::path::Component::ParentDir | std::path::Component::CurDir)) {
-            return None;
-        }
-        let typed: PathBuf = typed.components().collect();
-        (typed != canonical).then(|| (canonical, typed.to_string_lossy().into_owned()))
-    })
 }
 
 #[cfg(test)]

@@ -380,6 +380,9 @@ impl Herder {
         let stored = self.services.stores.configs().stored_connectors()?;
         let mut connectors = self.connectors.lock().await;
         let mut restored = 0;
+        // Those that cannot start join the list after every one that can: listed before,
+        // they would count against a tenant's quota and keep healthy ones from starting.
+        let mut failed = Vec::new();
         for (ns, pairs, target) in stored {
             if connectors.contains_key(&ns) {
                 continue;
@@ -413,10 +416,11 @@ impl Herder {
                     tracing::error!(tenant = %ns.tenant, connector = %ns.connector, "cannot bring back: {e}");
                     self.services.board.set_connector(&ns, State::Failed, Some(e.to_string()));
                     let tasks_max = config.settings().map_or(1, |s| s.tasks_max);
-                    connectors.insert(ns, Entry { config, target, tasks_max, run: None });
+                    failed.push((ns, Entry { config, target, tasks_max, run: None }));
                 }
             }
         }
+        connectors.extend(failed);
         Ok(restored)
     }
 

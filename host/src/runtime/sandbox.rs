@@ -249,7 +249,12 @@ impl Runtime {
         // The same directories under the names the config gave them through links.
         let mut aliased = std::collections::BTreeSet::new();
         for (dir, name) in &sandbox.fs_aliases {
-            let perms = if sandbox.fs_write.contains(dir) { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+            let perms = match (sandbox.fs_write.contains(dir), sandbox.fs_read.contains(dir)) {
+                (true, _) => FsPerms::ReadWrite,
+                (false, true) => FsPerms::ReadOnly,
+                // Only a name of a directory granted (and checked) above.
+                (false, false) => continue,
+            };
             if aliased.insert(name) {
                 preopen_granted(&mut wasi, dir, name, perms).map_err(CallError::Setup)?;
             }

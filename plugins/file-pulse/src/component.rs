@@ -145,7 +145,11 @@ fn lexically_normal(path: &str) -> String {
 }
 
 fn identity(path: &str) -> Option<String> {
-    in_preopen(path, |dir, relative| dir.metadata_hash_at(PathFlags::SYMLINK_FOLLOW, relative)).ok().map(hash_hex)
+    following_links(path, |path| {
+        in_preopen(path, |dir, relative| dir.metadata_hash_at(PathFlags::SYMLINK_FOLLOW, relative))
+    })
+    .ok()
+    .map(hash_hex)
 }
 
 /// The entries of the directory at `path`, through WASI directly: unlike `std::fs::ReadDir`,
@@ -278,8 +282,11 @@ struct ConnectorState {
     /// How many undecodable names the log last reported (it warns again only when the
     /// number changes).
     undecodable_reported: u64,
-    /// Symbolic links the log said it cannot follow (each is named once).
-    unfollowed_links: BTreeSet<String>,
+    /// Symbolic links the log said it cannot follow (each is named once while it is
+    /// listed), with the listing pass that last saw each.
+    unfollowed_links: HashMap<String, u64>,
+    /// Files whose modification time the log said is in the future (each named once).
+    future_reported: BTreeSet<String>,
 }
 
 impl ConnectorState {
@@ -342,8 +349,7 @@ impl ConnectorState {
                     walk.dirs.push(relative);
                 }
                 DescriptorType::RegularFile if settings.filter.is_match(&name) => return Some((relative, false)),
-                // Read as the file it leads to, as Connect's file sources read one (a
-                // folder of links, as Kubernetes' /var/log/containers, streams); a link
+                // Read as the file it leads to, as Connect's file sources read one; a link
                 // to a directory is not walked, so no walk loops.
                 DescriptorType::SymbolicLink if settings.filter.is_match(&name) => return Some((relative, true)),
                 _ => {}
@@ -367,7 +373,8 @@ impl ConnectorState {
                 Ok((id, seen, true)) => (id, seen),
                 Ok((_, _, false)) => continue, // a link to a directory, or to a device
                 Err(e) if link => {
-                    if self.unfollowed_links.insert(relative.clone()) {
+                    let pass = self.walk.as_ref().map_or(0, |w| w.pass);
+                    if self.unfollowed_links.insert(relative.clone(), pass).is_none() {
                         log::warn(&format!(
                             "{}: a symbolic link that cannot be followed ({}): it leads nowhere, or outside the granted directories",
                             printable(&relative),
@@ -390,6 +397,15 @@ impl ConnectorState {
                 continue;
             }
             let pass = self.walk.as_ref().map_or(0, |w| w.pass);
+            // Another name of a file known under a name that still leads to it: the file
+            // keeps its name (its records' key, what its task opens and what its cleanup
+            // acts on) until that name is gone.
+            if let Some(known) = self.known.get(&id)
+                && known.path != relative
+                && (known.pass == pass || identity(&self.absolute(&known.path)).as_deref() == Some(id.as_str()))
+            {
+                continue;
+            }
             let cleanup = self.settings().cleanup;
             let (recheck, clean_up) = match self.known.get_mut(&id) {
                 None => (true, false),
@@ -410,11 +426,6 @@ impl ConnectorState {
             if clean_up {
                 let offset = FileOffset { path: relative.clone(), ..FileOffset::default() };
                 self.clean_up(&id, &relative, &offset);
-            }
-            // Modified too recently: looked at again by a later listing.
-            let minimum_age_ms = self.settings().minimum_age_ms;
-            if recheck && minimum_age_ms > 0 && now_ms().saturating_sub(seen.mtime / 1_000_000) < minimum_age_ms {
-                continue;
             }
             if recheck {
                 batched.insert(id.clone(), relative.clone());
@@ -444,6 +455,26 @@ impl ConnectorState {
         // Finished or failed files no longer listed are forgotten: the connector's memory
         // and its ticks follow what is in the directory, not everything ever read.
         self.known.retain(|_, k| k.pass >= walk.pass || matches!(k.state, KnownState::Assigned | KnownState::Pending));
+        self.unfollowed_links.retain(|_, pass| *pass >= walk.pass);
+    }
+
+    /// Whether a file modified at `seen.mtime` is younger than `file.filter.minimum.age.ms`.
+    /// A time in the future (a clock ahead, an archive's times) waits for the clock to pass
+    /// it, and is said once per file.
+    fn too_young(&mut self, relative: &str, seen: Seen) -> bool {
+        let minimum_age_ms = self.settings().minimum_age_ms;
+        if minimum_age_ms == 0 {
+            return false;
+        }
+        let (now, modified) = (now_ms(), seen.mtime / 1_000_000);
+        if modified > now + 1000 && self.future_reported.insert(relative.to_string()) {
+            log::warn(&format!(
+                "{}: modified {} s in the future (a clock ahead?): it waits for file.filter.minimum.age.ms after that time",
+                printable(relative),
+                (modified - now) / 1000
+            ));
+        }
+        now.saturating_sub(modified) < minimum_age_ms
     }
 
     /// Reads the committed offsets of `batch` in one call and decides each file.
@@ -469,6 +500,11 @@ impl ConnectorState {
                 settings.cleanup,
                 head_unchanged,
             );
+            // A file to read from its start, modified too recently (still being copied in,
+            // say): left for a later listing. One being read on is not held back.
+            if matches!(decision, Decision::Start { .. }) && self.too_young(&relative, seen) {
+                continue;
+            }
             let (version, attempt) = offset.as_ref().map_or((0, 0), |o| (o.version, o.attempt));
             let (version, attempt, state) = match decision {
                 Decision::Start { version, reason } => {

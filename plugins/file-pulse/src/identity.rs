@@ -67,6 +67,15 @@ pub fn decide(
     // A .gz position counts decompressed bytes: only its compressed size can be compared.
     let shrank = if compressed { seen.size < offset.size } else { seen.size < offset.position };
     let unchanged = seen.size == offset.size && seen.mtime == offset.mtime;
+    // Marked done by hand (`PATCH .../offsets` without the size and modification time the
+    // plugin always records): done up to its position, read on from there if it is longer.
+    if offset.done && offset.end == End::Eof && offset.size == 0 && offset.mtime == 0 {
+        return if seen.size <= offset.position || compressed {
+            Decision::Finished
+        } else {
+            read_on("it is longer than the position an offset set by hand marked done")
+        };
+    }
     if !offset.done {
         return if shrank {
             next_version("it is shorter than what was read (truncated or rewritten)")
@@ -123,6 +132,14 @@ mod tests {
         assert!(matches!(eof(Some(&finished), seen(15, 2), Cleanup::None), Decision::Start { version: 1, .. }));
         let second = FileOffset { version: 1, ..finished };
         assert!(matches!(eof(Some(&second), seen(4, 3), Cleanup::None), Decision::Start { version: 2, .. }));
+    }
+
+    #[test]
+    fn an_offset_marked_done_by_hand_is_taken_at_its_word() {
+        let by_hand = done(End::Eof, 31, 0, 0);
+        assert_eq!(eof(Some(&by_hand), seen(31, 5), Cleanup::None), Decision::Finished);
+        assert_eq!(eof(Some(&by_hand), seen(20, 5), Cleanup::None), Decision::Finished, "past its end: done");
+        assert!(matches!(eof(Some(&by_hand), seen(40, 5), Cleanup::None), Decision::ReadOn { attempt: 1, .. }));
     }
 
     #[test]

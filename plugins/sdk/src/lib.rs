@@ -544,13 +544,30 @@ pub mod offsets {
         typed(&asked, &text)
     }
 
+    thread_local! {
+        /// Partitions whose unreadable offset was warned about (once each, however often
+        /// it is read; at most [`WARNED_MAX`] remembered).
+        static WARNED: std::cell::RefCell<std::collections::HashSet<String>> = Default::default();
+    }
+    const WARNED_MAX: usize = 1024;
+
     fn typed<O: DeserializeOwned>(partition: &str, text: &str) -> Option<O> {
         match serde_json::from_str(text) {
             Ok(offset) => Some(offset),
             Err(e) => {
-                crate::log::warn(&format!(
-                    "the committed offset {text} of partition {partition} is not one this plugin reads ({e}): taken as no offset"
-                ));
+                let first = WARNED.with_borrow_mut(|warned| {
+                    if warned.len() >= WARNED_MAX {
+                        warned.clear();
+                    }
+                    warned.insert(partition.to_string())
+                });
+                if first {
+                    let shown: String = text.chars().take(200).collect();
+                    let cut = if shown.len() < text.len() { "…" } else { "" };
+                    crate::log::warn(&format!(
+                        "the committed offset {shown}{cut} of partition {partition} is not one this plugin reads ({e}): taken as no offset"
+                    ));
+                }
                 None
             }
         }

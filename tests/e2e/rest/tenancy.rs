@@ -253,3 +253,42 @@ fn a_granted_directory_swapped_for_a_link_is_not_followed_on_restart() {
     });
     assert_eq!(topic_values(&data, "acme", "fp"), ["acme-line"], "another tenant's file was read");
 }
+
+#[test]
+fn a_connector_that_cannot_come_back_does_not_keep_others_within_the_quota_from_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (acme_root, _) = tenant_roots(dir.path());
+    let toml = |connectors: u32| {
+        format!(
+            "[[tenant]]\nname = \"acme\"\ntoken_sha256 = \"{}\"\nroots = [\"{}\"]\n[tenant.quotas]\nconnectors = {connectors}\n",
+            sluice::config::hash_token(ACME),
+            acme_root.display(),
+        )
+    };
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, toml(3)).unwrap();
+    let (data, plugins) = (dir.path().join("data"), plugin_folder(dir.path(), &["counter", "file-pulse"]));
+    let mut server = Server::start(&data, &plugins, Some(&config));
+    let inbox = acme_root.join("in");
+    std::fs::create_dir(&inbox).unwrap();
+    let files = json!({"name": "a-files", "config": {"connector.class": "file-pulse", "topic": "lines",
+        "fs.listing.directory.path": inbox, "sandbox.fs.read": inbox}});
+    assert_eq!(server.call("POST", "/connectors", Some(ACME), Some(&files.to_string())).status, 201);
+    for name in ["b", "c"] {
+        assert_eq!(server.call("POST", "/connectors", Some(ACME), Some(&counter(name, name))).status, 201);
+    }
+    assert!(server.terminate().success());
+
+    // The quota lowered to two, and the first connector's folder gone: the two that can
+    // run do; the one that cannot is listed FAILED and takes no place.
+    std::fs::write(&config, toml(2)).unwrap();
+    std::fs::remove_dir(&inbox).unwrap();
+    let server = Server::start(&data, &plugins, Some(&config));
+    for name in ["b", "c"] {
+        server.wait_for(&format!("{name} running"), &format!("/connectors/{name}/status"), Some(ACME), |s| {
+            all_in(s, "RUNNING", 1)
+        });
+    }
+    let failed = server.call("GET", "/connectors/a-files/status", Some(ACME), None).json();
+    assert_eq!(failed["connector"]["state"], "FAILED", "{failed}");
+}
