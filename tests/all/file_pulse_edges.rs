@@ -6,8 +6,9 @@
 //! `tasks.max` far above the work, a finished file that changes, one line too large for a
 //! record, a file replaced or removed while it is read, a move cut short by a crash, and
 //! the listed and archive folders removed and made again, and a task held by a log
-//! renamed away that is still written, and one file under several names (hard and
-//! symbolic links) with links that lead nowhere.
+//! renamed away that is still written, one file under several names (hard and
+//! symbolic links) with links that lead nowhere, and a log rewritten while its connector
+//! was stopped.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -703,4 +704,29 @@ async fn a_log_and_a_link_to_it_in_tail_mode_keep_one_name_and_whole_lines() {
     assert_eq!(keyed.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(), expected, "each line once, whole");
     let keys: std::collections::BTreeSet<&str> = keyed.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys.len(), 1, "one file, one name: {keys:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_rewritten_while_its_connector_was_stopped_is_read_from_its_start() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let log = dirs.inbox.path().join("app.log");
+    std::fs::write(&log, "old 1\nold 2\n").unwrap();
+    host.start(pulse("pulse", &dirs.config(&[("file.completion", "tail")]))).await;
+    wait_until("the old lines", || (offsets_by_path(&host).get("app.log")?["position"] == 12).then_some(())).await;
+    let ns = Namespace::new(DEFAULT_TENANT, "pulse");
+    host.herder.stop_connector(&ns).await.unwrap();
+    // As `copytruncate` then a busy writer, while nothing reads it: the same inode, longer
+    // than what was read, other first bytes.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&log)
+        .unwrap()
+        .write_all(b"new 1\nnew 2\nnew 3\n")
+        .unwrap();
+    host.herder.set_paused(&ns, false).await.unwrap();
+    wait_until("the last new line", || host.values("lines").contains(&"new 3".to_string()).then_some(())).await;
+    wait_until("all five", || (host.values("lines").len() >= 5).then_some(())).await;
+    assert_eq!(host.values("lines"), ["old 1", "old 2", "new 1", "new 2", "new 3"], "new content read from its start");
 }

@@ -28,24 +28,24 @@ pub struct Assignment {
 }
 
 impl Assignment {
-    /// Moves files from `pending` onto tasks while there is room. `open(id)` says whether
-    /// an assigned file still needs its task; `held(task)` whether a task must not be
+    /// Moves files from `pending` onto tasks while there is room. `open(entry)` says
+    /// whether an entry of a task's list still needs its task (not finished, and not an
+    /// earlier version or attempt of a file since handed to another task); `held(task)` whether a task must not be
     /// restarted now, so gets nothing. A task that receives files drops its finished ones
     /// (its config changes anyway); other tasks are left exactly as they were. Returns the
     /// tasks whose file list changed.
     pub fn add(
         &mut self,
         pending: &mut VecDeque<Assigned>,
-        open: impl Fn(&str) -> bool,
+        open: impl Fn(&Assigned) -> bool,
         held: impl Fn(usize) -> bool,
         max_tasks: usize,
         window: usize,
     ) -> BTreeSet<usize> {
         let mut changed = BTreeSet::new();
-        let mut load: Vec<usize> =
-            self.tasks.iter().map(|files| files.iter().filter(|f| open(&f.id)).count()).collect();
+        let mut load: Vec<usize> = self.tasks.iter().map(|files| files.iter().filter(|f| open(f)).count()).collect();
         while let Some(file) = pending.front() {
-            if self.tasks.iter().flatten().any(|f| f.id == file.id && open(&f.id)) {
+            if self.tasks.iter().flatten().any(|f| f.id == file.id && open(f)) {
                 pending.pop_front();
                 continue;
             }
@@ -60,8 +60,10 @@ impl Assignment {
             };
             let file = pending.pop_front().expect("front exists");
             if !changed.contains(&task) {
-                self.tasks[task].retain(|f| open(&f.id));
+                self.tasks[task].retain(|f| open(f));
             }
+            // An earlier attempt of the same file in this list would be read again too.
+            self.tasks[task].retain(|f| f.id != file.id);
             self.tasks[task].push(file);
             load[task] += 1;
             changed.insert(task);
@@ -71,9 +73,9 @@ impl Assignment {
 
     /// Drops trailing tasks that have nothing left to read (the host stops them). Returns
     /// whether the task count changed.
-    pub fn drop_idle_tail(&mut self, open: impl Fn(&str) -> bool) -> bool {
+    pub fn drop_idle_tail(&mut self, open: impl Fn(&Assigned) -> bool) -> bool {
         let before = self.tasks.len();
-        while self.tasks.last().is_some_and(|files| !files.iter().any(|f| open(&f.id))) {
+        while self.tasks.last().is_some_and(|files| !files.iter().any(&open)) {
             self.tasks.pop();
         }
         self.tasks.len() != before
@@ -111,7 +113,7 @@ mod tests {
         let mut pending: VecDeque<Assigned> = ["1", "2", "3"].map(file).into();
         a.add(&mut pending, |_| true, |_| false, 3, 100);
         // Task 1's file finished: the next file goes to task 1 and task 1 drops it.
-        let open = |id: &str| id != "2";
+        let open = |f: &Assigned| f.id != "2";
         let before = a.clone();
         let mut pending: VecDeque<Assigned> = [file("6")].into();
         assert_eq!(a.add(&mut pending, open, |_| false, 3, 100), BTreeSet::from([1]));
@@ -152,9 +154,34 @@ mod tests {
         assert_eq!(a.tasks.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2]);
         assert_eq!(ids(&pending.iter().cloned().collect::<Vec<_>>()), ["5"]);
         // Task 1's files finish: nothing changes until the tail is dropped.
-        let open = |id: &str| !["2", "4"].contains(&id);
+        let open = |f: &Assigned| !["2", "4"].contains(&f.id.as_str());
         assert!(a.drop_idle_tail(open));
         assert_eq!(a.tasks.len(), 1);
         assert!(!a.drop_idle_tail(open));
+    }
+
+    #[test]
+    fn a_file_read_again_by_another_task_leaves_no_live_entry_behind() {
+        // What the connector knows: each file's current attempt, and whether it is assigned.
+        let current = std::cell::RefCell::new(std::collections::HashMap::from([("1", 0), ("2", 0)]));
+        let open = |f: &Assigned| current.borrow().get(f.id.as_str()) == Some(&f.attempt);
+        let mut a = Assignment::default();
+        let mut pending: VecDeque<Assigned> = ["1", "2"].map(file).into();
+        a.add(&mut pending, open, |_| false, 2, 100);
+        assert_eq!(a.tasks.iter().map(|t| ids(t)).collect::<Vec<_>>(), [vec!["1"], vec!["2"]]);
+        // File 1 finishes, then grows: its next attempt waits while task 1 has less work.
+        current.borrow_mut().remove("1");
+        current.borrow_mut().remove("2");
+        let again = Assigned { attempt: 1, ..file("1") };
+        let mut pending: VecDeque<Assigned> = [again.clone()].into();
+        assert_eq!(a.add(&mut pending, open, |_| false, 2, 100), BTreeSet::from([0]));
+        assert_eq!(a.tasks[0], std::slice::from_ref(&again), "the same task: the finished attempt is replaced");
+        current.borrow_mut().insert("1", 1);
+        // Task 0's old attempt of a file now on task 1 is not open work of task 0.
+        let mut b = Assignment { tasks: vec![vec![file("1"), file("3")], vec![again.clone()]] };
+        current.borrow_mut().insert("3", 0);
+        let mut pending: VecDeque<Assigned> = [file("4")].into();
+        assert_eq!(b.add(&mut pending, open, |_| false, 2, 100), BTreeSet::from([0]));
+        assert_eq!(ids(&b.tasks[0]), ["3", "4"], "the stale entry leaves the list that changes");
     }
 }

@@ -294,8 +294,12 @@ impl ConnectorState {
         Rc::clone(self.settings.as_ref().expect("started"))
     }
 
-    fn is_open(&self, id: &str) -> bool {
-        self.known.get(id).is_some_and(|k| k.state == KnownState::Assigned)
+    /// Whether a task's entry is a file it has to read: assigned, and the version and
+    /// attempt the connector handed out last. (A finished file that grew may be handed to
+    /// another task; the entry of the task that read it before stays in that task's list
+    /// until its list changes, and must not count, nor be read.)
+    fn is_open(&self, entry: &Assigned) -> bool {
+        is_current(&self.known, entry)
     }
 
     fn window(&self) -> usize {
@@ -543,8 +547,17 @@ impl ConnectorState {
     fn clean_up(&mut self, id: &str, relative: &str, offset: &FileOffset) -> bool {
         let settings = self.settings();
         let source = self.absolute(relative);
-        if identity(&source).as_deref() != Some(id) {
+        let Ok((found, seen)) = look(&source) else { return true };
+        if found != id {
             return true; // gone, or another file under that name: the walk finds it wherever it is
+        }
+        // Written to since it was read to its end (a writer that paused longer than the
+        // task waited): deleting or moving it now would lose what was added. The next
+        // listing sees the change and decides what it is.
+        let recorded = offset.size != 0 || offset.mtime != 0;
+        if recorded && seen != (Seen { size: offset.size, mtime: offset.mtime }) {
+            log::debug(&format!("{} changed after it was read: not cleaned up", printable(relative)));
+            return true;
         }
         let failed = offset.end == End::Failed;
         let result = match (settings.cleanup, failed) {
@@ -585,7 +598,7 @@ impl ConnectorState {
             .tasks
             .iter()
             .flatten()
-            .filter(|f| self.is_open(&f.id))
+            .filter(|f| self.is_open(f))
             .map(|f| (f.id.clone(), partition(&f.id)))
             .collect();
         let partitions: Vec<String> = open.iter().map(|(_, p)| p.clone()).collect();
@@ -644,7 +657,7 @@ impl ConnectorState {
                 files
                     .iter()
                     .zip(offsets.by_ref())
-                    .filter(|(file, _)| self.is_open(&file.id))
+                    .filter(|(file, _)| self.is_open(file))
                     .map(|(file, offset)| {
                         let path = self.known.get(&file.id).map_or(&file.path, |k| &k.path);
                         (file.id.clone(), path.clone(), offset.clone())
@@ -713,7 +726,7 @@ impl ConnectorState {
                 .tasks
                 .iter()
                 .map(|files| {
-                    files.iter().filter(|f| self.is_open(&f.id)).any(|f| {
+                    files.iter().filter(|f| self.is_open(f)).any(|f| {
                         let path = self.known.get(&f.id).map_or(&f.path, |k| &k.path);
                         identity(&self.absolute(path)).as_deref() != Some(f.id.as_str())
                     })
@@ -750,7 +763,7 @@ impl ConnectorState {
         let held = self.held_tasks();
         let mut pending = std::mem::take(&mut self.pending);
         let known = &self.known;
-        let open = |id: &str| known.get(id).is_some_and(|k| k.state == KnownState::Assigned);
+        let open = |entry: &Assigned| is_current(known, entry);
         let held = |task: usize| held.get(task).copied().unwrap_or(false);
         let mut changed = self.assignment.add(&mut pending, open, held, self.max_tasks, window);
         for task in &changed {
@@ -768,7 +781,7 @@ impl ConnectorState {
         self.pending = pending;
         let before = self.assignment.tasks.len();
         let known = &self.known;
-        if self.assignment.drop_idle_tail(|id| known.get(id).is_some_and(|k| k.state == KnownState::Assigned)) {
+        if self.assignment.drop_idle_tail(|entry| is_current(known, entry)) {
             changed.insert(before);
         }
         let tasks = self.assignment.tasks.len();
@@ -776,6 +789,13 @@ impl ConnectorState {
         self.progress.resize(tasks, (0, now_ms()));
         changed
     }
+}
+
+/// See [`ConnectorState::is_open`].
+fn is_current(known: &HashMap<String, Known>, entry: &Assigned) -> bool {
+    known
+        .get(&entry.id)
+        .is_some_and(|k| k.state == KnownState::Assigned && k.version == entry.version && k.attempt == entry.attempt)
 }
 
 /// Moves `source` to `<root>/<relative>`, never over an existing file: a name that is
@@ -1157,12 +1177,28 @@ impl TaskState {
             file.restart_version(format!("it shrank to {} bytes, below the {} read", stat.size, file.offset.position));
         }
         let max_line = file.max_line(&settings);
-        // Resuming mid-file: the first bytes as they are now stand for the ones read before.
+        // Resuming mid-file: the first bytes must be the ones read before (the offset's
+        // head), or the file was rewritten or replaced while no reader had it open (a
+        // `copytruncate` refilled past the position while the task was down, a name
+        // dropped again on a reused inode): that is new content, read from its start.
+        let first_bytes = |position: u64| {
+            descriptor.read(position.min(HEAD_BYTES as u64), 0).map(|(bytes, _)| bytes).unwrap_or_default()
+        };
+        if file.offset.position > 0 && !compressed {
+            let now = head_hash(&first_bytes(file.offset.position));
+            match &file.offset.head {
+                Some(read) if *read != now => {
+                    file.restart_version("its first bytes are not the ones read before (rewritten or replaced)".into());
+                }
+                // An offset from before heads were kept, or written by hand: the first
+                // bytes as they are now stand for the ones read.
+                None => file.offset.head = Some(now),
+                Some(_) => {}
+            }
+        }
         let known_head = match file.offset.position {
             0 => Vec::new(),
-            position if !compressed => {
-                descriptor.read(position.min(HEAD_BYTES as u64), 0).map(|(bytes, _)| bytes).unwrap_or_default()
-            }
+            position if !compressed => first_bytes(position),
             _ => Vec::new(),
         };
         let head = Rc::new(RefCell::new(known_head));
@@ -1216,10 +1252,17 @@ impl TaskState {
             open.last_poll = polls;
             match open.reader.next_line(hold_partial) {
                 Ok(Some((line, position))) => {
+                    let before = file.offset.position;
                     file.offset.position = position;
                     file.offset.line += 1;
                     if !file.key.path.ends_with(".gz") {
                         file.offset.size = file.offset.size.max(file.offset.position);
+                        // The head covers the first `min(position, HEAD_BYTES)` bytes.
+                        if before < HEAD_BYTES as u64 {
+                            let head = open.head.borrow();
+                            let covered = head.len().min(position as usize).min(HEAD_BYTES);
+                            file.offset.head = Some(head_hash(&head[..covered]));
+                        }
                     }
                     file.last_growth_ms = poll_clock_ms();
                     *bytes += line.len();
@@ -1379,8 +1422,12 @@ impl Task for TaskState {
                 let announce = committed.as_ref().is_none_or(|o| o.version != key.version || o.attempt != key.attempt);
                 // Renamed since it was read (a rotated log found under its new name).
                 let renamed = committed.as_ref().is_some_and(|o| !o.path.is_empty() && o.path != key.path);
+                // Committed by a later version or attempt: the file was handed to another
+                // task since this list was made (a finished log that grew again, say).
+                // That task reads it; reading it here too would send its lines twice.
+                let handed_on = committed.as_ref().is_some_and(|o| (o.version, o.attempt) > (key.version, key.attempt));
                 let offset = match committed {
-                    Some(o) if o.version > key.version || (o.version == key.version && o.attempt >= key.attempt) => o,
+                    Some(o) if handed_on || (o.version == key.version && o.attempt == key.attempt) => o,
                     // A retry, or the new bytes of a finished log: on from where it stopped.
                     Some(o) if o.version == key.version => FileOffset {
                         done: false,
@@ -1395,7 +1442,7 @@ impl Task for TaskState {
                 };
                 TaskFile {
                     absolute: format!("{}/{}", settings.directory, key.path),
-                    finished: offset.done,
+                    finished: offset.done || handed_on,
                     partition,
                     key,
                     offset,

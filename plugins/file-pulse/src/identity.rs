@@ -9,7 +9,8 @@
 //! - no offset: a new file, read from the start;
 //! - an unfinished offset: read on from it, unless the file is now shorter than what was
 //!   read (truncated or rewritten, as `copytruncate` does): then it is a new version,
-//!   read from the start;
+//!   read from the start (the task that opens it also checks its first bytes against the
+//!   offset's `head`, and starts the next version when they differ);
 //! - a finished offset and the same size and modification time: finished, nothing to
 //!   read (only its cleanup, if that did not happen yet);
 //! - a finished offset and a changed file:

@@ -77,8 +77,10 @@ pub struct FileOffset {
     /// `position` with the next attempt.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempt: u32,
-    /// Tail mode: a hash of the first `min(position, HEAD_BYTES)` bytes when the file was
-    /// finished, to tell a finished log that grew from a new file in its place.
+    /// A hash of the file's first `min(position, HEAD_BYTES)` bytes as they were read, so
+    /// a file rewritten in place, or a new file under a reused identity, is not read on
+    /// from an old position: checked when a task opens the file to read on, and (tail
+    /// mode) to tell a finished log that grew from a new file in its place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head: Option<String>,
 }
@@ -122,9 +124,9 @@ impl FileOffset {
         OffsetWriter::default().write(self, json);
     }
 
-    /// Whether serde would write only the six fields every offset has.
+    /// Whether serde would write only the six fields every offset has, and the head.
     fn is_plain(&self) -> bool {
-        self.end == End::Eof && self.failed.is_none() && self.version == 0 && self.attempt == 0 && self.head.is_none()
+        self.end == End::Eof && self.failed.is_none() && self.version == 0 && self.attempt == 0
     }
 
     /// The start of a version of a file.
@@ -145,9 +147,10 @@ pub struct OffsetWriter {
     /// `{"path":"<path>","position":` (`None` when the path needs escaping: serde writes
     /// such offsets).
     head: Option<(String, Option<String>)>,
-    /// The size, mtime and done that `tail` was written for.
-    tail_of: Option<(u64, u64, bool)>,
-    /// The text after the line number, `,"size":<size>,"mtime":<mtime>,"done":<done>}`.
+    /// The size, mtime, done and head that `tail` was written for.
+    tail_of: Option<(u64, u64, bool, Option<String>)>,
+    /// The text after the line number,
+    /// `,"size":<size>,"mtime":<mtime>,"done":<done>[,"head":"<head>"]}`.
     tail: String,
 }
 
@@ -172,15 +175,29 @@ impl OffsetWriter {
             json.push_str(&serde_json::to_string(offset).expect("offsets serialize"));
             return None;
         };
-        let tail_of = (offset.size, offset.mtime, offset.done);
-        if self.tail_of != Some(tail_of) {
-            self.tail_of = Some(tail_of);
+        let same_tail = self.tail_of.as_ref().is_some_and(|(size, mtime, done, head)| {
+            (*size, *mtime, *done) == (offset.size, offset.mtime, offset.done) && *head == offset.head
+        });
+        if !same_tail {
+            // A head is hex digits: nothing in it needs escaping.
+            let plain_head = offset.head.as_ref().is_none_or(|h| h.bytes().all(|b| b.is_ascii_alphanumeric()));
+            if !plain_head {
+                json.push_str(&serde_json::to_string(offset).expect("offsets serialize"));
+                return None;
+            }
+            self.tail_of = Some((offset.size, offset.mtime, offset.done, offset.head.clone()));
             self.tail.clear();
             self.tail.push_str(",\"size\":");
             push_decimal(&mut self.tail, offset.size);
             self.tail.push_str(",\"mtime\":");
             push_decimal(&mut self.tail, offset.mtime);
-            self.tail.push_str(if offset.done { ",\"done\":true}" } else { ",\"done\":false}" });
+            self.tail.push_str(if offset.done { ",\"done\":true" } else { ",\"done\":false" });
+            if let Some(head) = &offset.head {
+                self.tail.push_str(",\"head\":\"");
+                self.tail.push_str(head);
+                self.tail.push('"');
+            }
+            self.tail.push('}');
         }
         json.push_str(head);
         push_decimal(json, offset.position);
@@ -344,6 +361,11 @@ mod tests {
             FileOffset { path: String::new(), position: 1, ..FileOffset::default() },
             FileOffset { path: "ünï".into(), position: 1, ..base.clone() },
             FileOffset { position: 80, line: 8, ..base.clone() },
+            FileOffset { position: 90, line: 9, head: Some("00ff".into()), ..base.clone() },
+            FileOffset { position: 95, line: 10, head: Some("00ff".into()), ..base.clone() },
+            FileOffset { position: 99, line: 11, head: Some("0aff".into()), ..base.clone() },
+            FileOffset { position: 99, line: 11, head: Some("a\"b".into()), ..base.clone() },
+            FileOffset { position: 100, line: 12, ..base.clone() },
         ];
         let mut writer = OffsetWriter::default();
         let mut line_digits_said = 0;
@@ -356,7 +378,7 @@ mod tests {
                 line_digits_said += 1;
             }
         }
-        assert_eq!(line_digits_said, 10, "every plain offset with a plain path says where its line is");
+        assert_eq!(line_digits_said, 14, "every plain offset with a plain path and head says where its line is");
     }
 
     #[test]
