@@ -4,7 +4,7 @@
 //! folder, `move` onto a name already archived, a file that fails part way and is
 //! retried, a name that is not UTF-8, a last line without its newline in tail mode,
 //! `tasks.max` far above the work, a finished file that changes, one line too large for a
-//! record, a file replaced or removed while it is read, a move cut short by a crash, and
+//! record (failing its file, or skipped under `errors.tolerance=all`), a file replaced or removed while it is read, a move cut short by a crash, and
 //! the listed and archive folders removed and made again, and a task held by a log
 //! renamed away that is still written, one file under several names (hard and
 //! symbolic links) with links that lead nowhere, and a log rewritten while its connector
@@ -729,4 +729,44 @@ async fn a_log_rewritten_while_its_connector_was_stopped_is_read_from_its_start(
     wait_until("the last new line", || host.values("lines").contains(&"new 3".to_string()).then_some(())).await;
     wait_until("all five", || (host.values("lines").len() >= 5).then_some(())).await;
     assert_eq!(host.values("lines"), ["old 1", "old 2", "new 1", "new 2", "new 3"], "new content read from its start");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_errors_tolerance_all_a_line_too_large_is_skipped_and_its_file_read_on() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let long = "x".repeat(3 << 20);
+    drop_file(dirs.inbox.path(), "big.log", format!("big before\n{long}\nbig after\n").as_bytes());
+    // A live log whose long line is still being written when the task reaches it.
+    let log = dirs.inbox.path().join("app.log");
+    std::fs::write(&log, format!("app before\n{long}")).unwrap();
+    let config = dirs.config(&[("errors.tolerance", "all"), ("file.completion", "tail"), ("tail.idle.ms", "1000")]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("the big file read past its long line", || {
+        (by_file(&host, "lines").get("big.log")?.len() == 2).then_some(())
+    })
+    .await;
+    wait_until("the task at the end of what the log has", || {
+        let offset = offsets_by_path(&host).get("app.log")?.clone();
+        (offset["size"].as_u64()? > 3 << 20).then_some(())
+    })
+    .await;
+    std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(b"xxx\napp after\n").unwrap();
+    wait_until("the log read past its long line", || {
+        (by_file(&host, "lines").get("app.log")?.len() == 2).then_some(())
+    })
+    .await;
+    let files = by_file(&host, "lines");
+    assert_eq!(files["big.log"], ["big before", "big after"]);
+    assert_eq!(files["app.log"], ["app before", "app after"]);
+    let big = &offsets_by_path(&host)["big.log"];
+    assert!(big["failed"].is_null(), "skipped, not failed: {big}");
+    assert_eq!(big["line"], 3, "the skipped line counts: line numbers stay the file's");
+    let stored = host.herder.services().stores.local().read(DEFAULT_TENANT, "lines", 0, 100).unwrap();
+    let app_after =
+        stored.iter().map(|s| &s.record).find(|r| r.value.as_deref() == Some(b"app after".as_slice())).unwrap();
+    let line = app_after.headers.iter().find(|(k, _)| k.as_str() == "file.line").map(|(_, v)| v.to_vec());
+    assert_eq!(line.as_deref(), Some(b"3".as_slice()), "app after is line 3 of app.log");
+    let status = host.status("pulse").unwrap();
+    assert!(status.tasks.iter().all(|t| t.state == State::Running), "{status:?}");
 }

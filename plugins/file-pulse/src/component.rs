@@ -1105,6 +1105,18 @@ impl TaskFile {
         }
     }
 
+    /// The reader is past a too-long line it skipped: the offset moves past it (carried by
+    /// the next record, or by an offset-only one when the file ends or waits).
+    fn skipped_long_line(&mut self) {
+        let Some(open) = &self.open else { return };
+        self.offset.position = open.reader.position;
+        self.offset.line += 1;
+        if !self.key.path.ends_with(".gz") {
+            self.offset.size = self.offset.size.max(self.offset.position);
+        }
+        self.announce = true;
+    }
+
     /// Starts the next version from its beginning (the file was truncated or rewritten).
     fn restart_version(&mut self, why: String) {
         log::info(&format!("{}: {why}: reading it again from the start", printable(&self.key.path)));
@@ -1250,6 +1262,24 @@ impl TaskState {
             }
             let open = file.open.as_mut().expect("opened above");
             open.last_poll = polls;
+            if open.reader.is_skipping() {
+                match open.reader.skip_rest(hold_partial) {
+                    Ok(true) => file.skipped_long_line(),
+                    Ok(false) => {}
+                    Err(e) => {
+                        let reason = format!("cannot be read: {e}");
+                        return file.finish(batch, last_of_this_poll, End::Failed, Some(reason));
+                    }
+                }
+                let open = file.open.as_mut().expect("opened above");
+                if open.reader.is_skipping() {
+                    if rewritten_meanwhile(file, batch).is_some() {
+                        return;
+                    }
+                    return Self::at_end(file, &settings, batch, last_of_this_poll);
+                }
+            }
+            let open = file.open.as_mut().expect("opened above");
             match open.reader.next_line(hold_partial) {
                 Ok(Some((line, position))) => {
                     let before = file.offset.position;
@@ -1275,6 +1305,16 @@ impl TaskState {
                         return;
                     }
                     return Self::at_end(file, &settings, batch, last_of_this_poll);
+                }
+                Err(e) if is_too_long(&e) && settings.skip_long_lines => {
+                    log::warn(&format!(
+                        "{}: line {} is {e}: skipped (errors.tolerance=all)",
+                        printable(&file.key.path),
+                        file.offset.line + 1
+                    ));
+                    if open.reader.skip_long_line() {
+                        file.skipped_long_line();
+                    }
                 }
                 Err(e) if is_too_long(&e) => {
                     let reason = format!("line {} is {e}", file.offset.line + 1);
@@ -1336,6 +1376,10 @@ impl TaskState {
                         let mut last = last;
                         // A removed or rotated file will not get its last newline.
                         if matches!(end, End::Removed | End::Rotated) {
+                            let open = file.open.as_mut().expect("open");
+                            if open.reader.is_skipping() && open.reader.skip_rest(false).is_ok_and(|past| past) {
+                                file.skipped_long_line();
+                            }
                             let open = file.open.as_mut().expect("open");
                             if let Ok(Some((line, position))) = open.reader.next_line(false) {
                                 file.offset.position = position;

@@ -1,7 +1,8 @@
 //! Reading one file from a position: lines (without `\n` or `\r\n`) or the whole file,
 //! `.gz` decompressed. Memory stays bounded by the buffer and the longest line allowed,
 //! which is what one record may hold: a longer line is an error ([`TooLong`]) that fails
-//! its file, not the task.
+//! its file, not the task, or (`errors.tolerance=all`) is skipped
+//! ([`LineReader::skip_long_line`]) without ever being held in memory.
 
 use std::io::{self, BufRead, BufReader, Read};
 
@@ -36,6 +37,11 @@ pub struct LineReader {
     /// The line [`LineReader::next_line`] handed out last (its buffer is reused).
     line: Vec<u8>,
     max_line: usize,
+    /// The line found too long last: how many of its bytes were consumed, and whether
+    /// its newline was among them.
+    long: Option<(u64, bool)>,
+    /// Skipping a too-long line: its bytes consumed so far (its newline not yet seen).
+    skipping: Option<u64>,
 }
 
 impl LineReader {
@@ -48,6 +54,8 @@ impl LineReader {
             pending: Vec::new(),
             line: Vec::new(),
             max_line,
+            long: None,
+            skipping: None,
         }
     }
 
@@ -61,9 +69,72 @@ impl LineReader {
         Ok(LineReader::new(Box::new(decoder), position, max_line))
     }
 
-    /// Bytes of an unfinished last line held back (tail mode).
+    /// Bytes of an unfinished last line held back (tail mode), or of a too-long one
+    /// being skipped.
     pub fn pending_len(&self) -> usize {
-        self.pending.len()
+        self.pending.len() + self.skipping.unwrap_or(0) as usize
+    }
+
+    /// After [`TooLong`]: reads on past that line instead of failing the file. True when
+    /// its end was already read; else [`LineReader::skip_rest`] reads on to its newline
+    /// (which in tail mode may not be written yet). [`LineReader::position`] moves past
+    /// it once its end is read.
+    pub fn skip_long_line(&mut self) -> bool {
+        match self.long.take() {
+            Some((consumed, true)) => {
+                self.position += consumed;
+                true
+            }
+            Some((consumed, false)) => {
+                self.skipping = Some(consumed);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a too-long line is being skipped: [`LineReader::skip_rest`] comes before
+    /// the next line.
+    pub fn is_skipping(&self) -> bool {
+        self.skipping.is_some()
+    }
+
+    /// Reads on through the line being skipped: true once past its end (the end of the
+    /// file counts, unless `hold_partial`), false when there is nothing more now.
+    pub fn skip_rest(&mut self, hold_partial: bool) -> io::Result<bool> {
+        while let Some(consumed) = self.skipping {
+            let available = self.source.fill_buf()?;
+            if available.is_empty() {
+                if hold_partial {
+                    return Ok(false);
+                }
+                // The file ends inside it: it was the last line.
+                self.position += consumed;
+                self.skipping = None;
+                return Ok(true);
+            }
+            match memchr::memchr(b'\n', available) {
+                Some(end) => {
+                    self.source.consume(end + 1);
+                    self.position += consumed + end as u64 + 1;
+                    self.skipping = None;
+                    return Ok(true);
+                }
+                None => {
+                    let taken = available.len();
+                    self.source.consume(taken);
+                    self.skipping = Some(consumed + taken as u64);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn too_long(&mut self, consumed_newline: bool) -> io::Error {
+        let consumed = self.pending.len() as u64 + u64::from(consumed_newline);
+        self.long = Some((consumed, consumed_newline));
+        self.pending.clear();
+        io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: self.max_line })
     }
 
     /// The next line, or `None` at the end of what is there now. With `hold_partial`, a
@@ -72,6 +143,10 @@ impl LineReader {
     /// line lives in the reader's buffer until the next call: reading lines allocates
     /// nothing once warm.
     pub fn next_line(&mut self, hold_partial: bool) -> io::Result<Option<(&[u8], u64)>> {
+        self.long = None;
+        if self.skipping.is_some() && !self.skip_rest(hold_partial)? {
+            return Ok(None);
+        }
         loop {
             let available = self.source.fill_buf()?;
             if available.is_empty() {
@@ -87,23 +162,21 @@ impl LineReader {
                 None => (available.len(), false),
             };
             if self.pending.len() + taken > self.max_line + 1 {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: self.max_line }));
+                return Err(self.too_long(false));
             }
             self.pending.extend_from_slice(&available[..taken]);
             self.source.consume(taken + usize::from(complete));
             if complete {
+                let content = self.pending.len() - usize::from(self.pending.last() == Some(&b'\r'));
+                if content > self.max_line {
+                    return Err(self.too_long(true));
+                }
                 self.position += self.pending.len() as u64 + 1;
-                if self.pending.last() == Some(&b'\r') {
-                    self.pending.pop();
-                }
-                if self.pending.len() > self.max_line {
-                    self.pending.clear();
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: self.max_line }));
-                }
+                self.pending.truncate(content);
                 return Ok(Some(self.hand_out()));
             }
             if self.pending.len() > self.max_line + 1 {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: self.max_line }));
+                return Err(self.too_long(false));
             }
         }
     }
@@ -162,6 +235,58 @@ mod tests {
         // Exactly at the limit is fine, CRLF included.
         assert_eq!(lines(b"0123456789\r\n", 0, false, 10).unwrap().0, ["0123456789"]);
         assert!(lines(b"0123456789a\n", 0, false, 10).is_err());
+    }
+
+    #[test]
+    fn a_long_line_skipped_is_never_held_and_the_position_moves_past_it() {
+        let long = "x".repeat(100);
+        for (text, hold, end_read) in [
+            (format!("ok\n{long}\nafter\n"), false, false),
+            (format!("ok\n{long}\r\nafter\n"), true, false),
+            // One byte over, its newline read with it.
+            (format!("ok\n{}\nafter\n", "y".repeat(11)), false, true),
+        ] {
+            let mut reader = LineReader::new(Box::new(io::Cursor::new(text.clone().into_bytes())), 0, 10);
+            assert_eq!(reader.next_line(hold).unwrap().unwrap().0, b"ok");
+            assert!(is_too_long(&reader.next_line(hold).unwrap_err()));
+            assert_eq!(reader.skip_long_line(), end_read, "{text:?}");
+            assert!(reader.skip_rest(hold).unwrap());
+            let after = text.len() as u64 - 6;
+            assert_eq!(reader.position, after, "{text:?}");
+            assert_eq!(reader.next_line(hold).unwrap().unwrap(), (b"after".as_slice(), after + 6), "{text:?}");
+            assert!(reader.next_line(hold).unwrap().is_none());
+        }
+        // Tail mode: the long line's end is not written yet; skipping goes on as it comes.
+        let shared = std::rc::Rc::new(std::cell::RefCell::new(format!("ok\n{long}").into_bytes()));
+        struct Growing(std::rc::Rc<std::cell::RefCell<Vec<u8>>>, usize);
+        impl Read for Growing {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let data = self.0.borrow();
+                let n = buf.len().min(data.len() - self.1);
+                buf[..n].copy_from_slice(&data[self.1..self.1 + n]);
+                self.1 += n;
+                Ok(n)
+            }
+        }
+        let mut reader = LineReader::new(Box::new(Growing(shared.clone(), 0)), 0, 10);
+        assert_eq!(reader.next_line(true).unwrap().unwrap().0, b"ok");
+        assert!(is_too_long(&reader.next_line(true).unwrap_err()));
+        assert!(!reader.skip_long_line());
+        assert!(!reader.skip_rest(true).unwrap());
+        assert!(reader.is_skipping());
+        assert_eq!(reader.position, 3, "not past it before its end");
+        assert_eq!(reader.pending_len(), 100);
+        shared.borrow_mut().extend_from_slice(b"xxx\nnext\n");
+        assert!(reader.skip_rest(true).unwrap());
+        assert_eq!(reader.position, 3 + 104);
+        assert_eq!(reader.next_line(true).unwrap().unwrap(), (b"next".as_slice(), 3 + 104 + 5));
+        // A file that ends inside the long line (not holding partial lines): past it.
+        let mut reader = LineReader::new(Box::new(io::Cursor::new(format!("ok\n{long}").into_bytes())), 0, 10);
+        reader.next_line(false).unwrap();
+        assert!(reader.next_line(false).is_err());
+        assert!(!reader.skip_long_line());
+        assert!(reader.skip_rest(false).unwrap());
+        assert_eq!(reader.position, 103);
     }
 
     #[test]

@@ -94,6 +94,9 @@ pub struct Settings {
     /// The host's `sandbox.record.max.bytes`: a line or file that cannot fit in one record
     /// fails its file alone instead of the task.
     pub record_max_bytes: u64,
+    /// The host's `errors.tolerance=all`: a line too long for a record is skipped (with a
+    /// warning) rather than failing its file.
+    pub skip_long_lines: bool,
     pub directory: String,
     pub listing_interval_ms: u64,
     pub recursive: bool,
@@ -226,6 +229,8 @@ impl Settings {
                 None => 1 << 20,
                 Some(_) => number("sandbox.record.max.bytes"),
             },
+            // The host checks the value; only `all` skips.
+            skip_long_lines: config.get("errors.tolerance").is_some_and(|t| t.trim() == "all"),
             listing_interval_ms: number("fs.listing.interval.ms"),
             recursive: boolean("fs.listing.recursive"),
             filter,
@@ -327,5 +332,7 @@ mod tests {
         config.insert("fs.cleanup.policy".into(), "move".into());
         assert!(keys(&config).contains(&"fs.cleanup.policy.move.success.path".to_string()));
         assert_eq!(parse(&[("sandbox.record.max.bytes", "100")]).unwrap().record_max_bytes, 100);
+        assert!(!parse(&[]).unwrap().skip_long_lines);
+        assert!(parse(&[("errors.tolerance", "all")]).unwrap().skip_long_lines);
     }
 }
