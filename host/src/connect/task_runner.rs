@@ -168,6 +168,9 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 Ok(delivered) => unsettled |= delivered,
                 Err(outcome) => return outcome,
             }
+            if in_flight.given_up {
+                break; // stopping meanwhile
+            }
             // Everything delivered is committed: tell the task, and wait to be resumed.
             if let Some(outcome) = commit(&mut instance, &destination, spec, id, None, true).await {
                 return outcome;
@@ -298,6 +301,9 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             if let Err(outcome) = in_flight.settle_all(id).await {
                 return outcome;
             }
+            if in_flight.given_up {
+                break; // stopping meanwhile
+            }
             tracing::info!(connector = %connector, task = spec.task, "the task is done: stopping it");
             let deadline = Instant::now() + spec.settings.sandbox.timeouts.lifecycle;
             return match stop_instance(&mut instance, &destination, spec, id, deadline).await {
@@ -319,6 +325,9 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             if let Err(outcome) = in_flight.settle_all(id).await {
                 return outcome;
             }
+            if in_flight.given_up {
+                break; // stopping meanwhile
+            }
             // Everything delivered is committed; a fresh sandbox resumes from there.
             tracing::info!(
                 connector = %connector,
@@ -338,6 +347,9 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 Ok(delivered) => unsettled |= delivered,
                 Err(outcome) => return outcome,
             }
+            if in_flight.given_up {
+                break; // stopping meanwhile
+            }
             last_commit = Instant::now();
             // Nothing delivered since the destination last settled: nothing for it to do,
             // and an idle task's periodic commit costs no trip to a blocking thread.
@@ -351,6 +363,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         return outcome;
     }
     let deadline = stopped(stop).await;
+    if in_flight.given_up {
+        tracing::warn!(connector = %connector, task = spec.task, "stopping with a batch its destination did not take: the task's commit() is not called");
+        instance.stop_by(deadline);
+        if let Err(e) = instance.task_stop().await {
+            tracing::warn!(connector = %connector, task = spec.task, "stop failed: {e}");
+        }
+        return Outcome::Stopped;
+    }
     stop_instance(&mut instance, &destination, spec, id, deadline).await
 }
 
@@ -509,6 +529,10 @@ type PendingDelivery<'a> = std::pin::Pin<Box<dyn Future<Output = Delivery> + Sen
 #[derive(Default)]
 struct InFlight<'a> {
     deliveries: std::collections::VecDeque<PendingDelivery<'a>>,
+    /// A batch was given up on undelivered (the task stopping while its destination was
+    /// away): the task's `commit()` must not be called, as it says "everything returned so
+    /// far is durable", and a plugin may acknowledge its upstream on it.
+    given_up: bool,
 }
 
 impl<'a> InFlight<'a> {
@@ -528,6 +552,7 @@ impl<'a> InFlight<'a> {
     /// instance ends.
     fn settled(&mut self, delivery: Delivery, instance: u64) -> Result<bool, Outcome> {
         self.deliveries.pop_front();
+        self.given_up |= matches!(delivery, Delivery::Done { delivered: false });
         delivery.settle(instance)
     }
 

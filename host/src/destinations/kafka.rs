@@ -363,6 +363,8 @@ struct TransactionState {
 struct OpenTransaction {
     since: std::time::Instant,
     offsets: Vec<(String, String)>,
+    /// Batches sent in it (and reported delivered to the task's runner).
+    batches: usize,
 }
 
 impl TransactionalTask {
@@ -473,7 +475,7 @@ impl Destination for TransactionalTask {
                 }
                 return Err(error);
             }
-            state.open = Some(OpenTransaction { since: std::time::Instant::now(), offsets: Vec::new() });
+            state.open = Some(OpenTransaction { since: std::time::Instant::now(), offsets: Vec::new(), batches: 0 });
         }
         let sent = send_all(&state.producer, records, &topics).and_then(|mut deliveries| {
             for (partition, offset) in offsets {
@@ -486,11 +488,22 @@ impl Destination for TransactionalTask {
             Ok(deliveries)
         });
         if let Err(e) = sent {
+            let held_earlier = state.open.as_ref().is_some_and(|t| t.batches > 0);
             self.abort(&mut state)?;
+            if held_earlier {
+                // The abort also took back batches the runner already counted as delivered
+                // (transaction.boundary=interval): sending only this one again would skip
+                // them. The task resumes from its committed offsets instead.
+                anyhow::bail!(
+                    "a send failed ({e:#}) and the open transaction, with the batches sent in it before, \
+                     was aborted; the task resumes from its committed offsets when restarted"
+                );
+            }
             return Err(RetriableDelivery::wrap(format!("{e:#}")));
         }
         if let Some(transaction) = state.open.as_mut() {
             transaction.offsets.extend_from_slice(offsets);
+            transaction.batches += 1;
         }
         let due = match self.boundary {
             TransactionBoundary::Poll => true,
