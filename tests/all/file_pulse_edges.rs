@@ -7,8 +7,9 @@
 //! record (failing its file, or skipped under `errors.tolerance=all`), a file replaced or removed while it is read, a move cut short by a crash, and
 //! the listed and archive folders removed and made again, and a task held by a log
 //! renamed away that is still written, one file under several names (hard and
-//! symbolic links) with links that lead nowhere, and a log rewritten while its connector
-//! was stopped.
+//! symbolic links) with links that lead nowhere, a log rewritten while its connector
+//! was stopped, logs rotated faster than their tasks start under a filter that leaves out
+//! the rotated names, and a last line without newline in an idle log rotated or cleaned up.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -769,4 +770,80 @@ async fn with_errors_tolerance_all_a_line_too_large_is_skipped_and_its_file_read
     assert_eq!(line.as_deref(), Some(b"3".as_slice()), "app after is line 3 of app.log");
     let status = host.status("pulse").unwrap();
     assert!(status.tasks.iter().all(|t| t.state == State::Running), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_rotated_faster_than_tasks_start_are_read_to_their_end_when_the_filter_leaves_out_their_new_names() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let config = dirs.config(&[
+        ("file.completion", "tail"),
+        ("file.filter.regex.pattern", r".*[.]log$"),
+        ("tail.rotation.grace.ms", "300"),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    host.wait_state("pulse", State::Running).await;
+    let inbox = dirs.inbox.path().to_path_buf();
+    // Rotations faster than a task restarts: a log is often renamed to `app.log.<n>`, which
+    // the filter leaves out, before the task it was handed to opens it by its old name.
+    let writer = tokio::task::spawn_blocking(move || {
+        let app = inbox.join("app.log");
+        let mut written = Vec::new();
+        for rotation in 0..15 {
+            let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&app).unwrap();
+            for i in 0..100 {
+                let line = format!("r{rotation} line {i}");
+                writeln!(out, "{line}").unwrap();
+                written.push(line);
+                if i % 20 == 0 {
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+            }
+            std::fs::rename(&app, inbox.join(format!("app.log.{rotation}"))).unwrap();
+            for i in 0..10 {
+                let line = format!("r{rotation} late {i}");
+                writeln!(out, "{line}").unwrap();
+                written.push(line);
+            }
+        }
+        written
+    });
+    let written = writer.await.unwrap();
+    wait_until("every written line", || (host.values("lines").len() >= written.len()).then_some(())).await;
+    let mut delivered = host.values("lines");
+    let mut expected = written;
+    delivered.sort();
+    expected.sort();
+    assert_eq!(delivered, expected, "lines lost or sent twice across rotations");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_line_without_newline_is_sent_when_its_idle_log_is_rotated_or_cleaned_up() {
+    // Rotated after it went idle: the held-back last line is sent once the rotation is over.
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let log = dirs.inbox.path().join("app.log");
+    std::fs::write(&log, "a\nb\nc").unwrap();
+    let tail = [("file.completion", "tail"), ("tail.idle.ms", "300"), ("tail.rotation.grace.ms", "200")];
+    host.start(pulse("pulse", &dirs.config(&tail))).await;
+    wait_until("the log finished idle", || {
+        let offset = offsets_by_path(&host).get("app.log")?.clone();
+        (offset["end"] == "idle").then_some(())
+    })
+    .await;
+    assert_eq!(host.values("lines"), ["a", "b"], "c waits for its newline");
+    std::fs::rename(&log, dirs.inbox.path().join("app.log.1")).unwrap();
+    wait_until("the last line", || (host.values("lines").len() == 3).then_some(())).await;
+    assert_eq!(host.values("lines"), ["a", "b", "c"]);
+
+    // Finished idle under a cleanup that deletes it: nothing can complete the line later.
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let log = dirs.inbox.path().join("app.log");
+    std::fs::write(&log, "x\ny").unwrap();
+    let mut config = tail.to_vec();
+    config.push(("fs.cleanup.policy", "delete"));
+    host.start(pulse("pulse", &dirs.config(&config))).await;
+    wait_until("the log deleted", || (!log.exists()).then_some(())).await;
+    assert_eq!(host.values("lines"), ["x", "y"]);
 }

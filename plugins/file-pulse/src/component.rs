@@ -287,6 +287,12 @@ struct ConnectorState {
     unfollowed_links: HashMap<String, u64>,
     /// Files whose modification time the log said is in the future (each named once).
     future_reported: BTreeSet<String>,
+    /// Unfinished files a task did not find at their listed path (a log rotated before its
+    /// task opened it), by identity: the name they were listed under, and the pass that
+    /// started after they went missing. Until found, walks also look at the names the
+    /// filter leaves out (`app.log.1` beside `.*[.]log$`), so the rest of such a file is
+    /// read under its new name; one no walk finds is said to be gone.
+    missing: HashMap<String, (String, u64)>,
 }
 
 impl ConnectorState {
@@ -310,10 +316,12 @@ impl ConnectorState {
         format!("{}/{relative}", self.settings().directory)
     }
 
-    /// The next file of the walk (a relative path, and whether it is a symbolic link),
-    /// `None` when the pass is over.
-    fn next_listed(&mut self) -> Option<(String, bool)> {
+    /// The next file of the walk (a relative path, whether it is a symbolic link, and
+    /// whether the filter lists it), `None` when the pass is over. Names the filter leaves
+    /// out come only while a file is [`ConnectorState::missing`].
+    fn next_listed(&mut self) -> Option<(String, bool, bool)> {
         let settings = self.settings();
+        let searching = !self.missing.is_empty();
         let walk = self.walk.as_mut()?;
         loop {
             let Some((dir, _, entries)) = &walk.current else {
@@ -352,10 +360,11 @@ impl ConnectorState {
                 DescriptorType::Directory if settings.recursive && !self.excluded.contains(&relative) => {
                     walk.dirs.push(relative);
                 }
-                DescriptorType::RegularFile if settings.filter.is_match(&name) => return Some((relative, false)),
+                DescriptorType::RegularFile if settings.filter.is_match(&name) => return Some((relative, false, true)),
+                DescriptorType::RegularFile if searching => return Some((relative, false, false)),
                 // Read as the file it leads to, as Connect's file sources read one; a link
                 // to a directory is not walked, so no walk loops.
-                DescriptorType::SymbolicLink if settings.filter.is_match(&name) => return Some((relative, true)),
+                DescriptorType::SymbolicLink if settings.filter.is_match(&name) => return Some((relative, true, true)),
                 _ => {}
             }
         }
@@ -369,7 +378,7 @@ impl ConnectorState {
         let mut batched: HashMap<String, String> = HashMap::new();
         let mut over = false;
         while Instant::now() < deadline {
-            let Some((relative, link)) = self.next_listed() else {
+            let Some((relative, link, listed)) = self.next_listed() else {
                 over = true;
                 break;
             };
@@ -389,6 +398,9 @@ impl ConnectorState {
                 }
                 Err(_) => continue, // gone meanwhile
             };
+            if self.missing.remove(&id).is_none() && !listed {
+                continue;
+            }
             // Two names of one file (hard links, or a symbolic link and its file) listed
             // together: one file, read once, under the first name.
             if let Some(first) = batched.get(&id) {
@@ -410,14 +422,18 @@ impl ConnectorState {
             {
                 continue;
             }
-            let cleanup = self.settings().cleanup;
+            let (cleanup, tailing) = (self.settings().cleanup, self.settings().completion == Completion::Tail);
             let (recheck, clean_up) = match self.known.get_mut(&id) {
                 None => (true, false),
                 Some(known) => {
                     known.pass = pass;
+                    let renamed = known.path != relative;
                     known.path.clone_from(&relative);
                     match known.state {
                         KnownState::Pending | KnownState::Assigned => (false, false),
+                        // A log finished idle, then rotated: it may still hold back an
+                        // unfinished last line, which no newline will complete now.
+                        KnownState::Finished { seen: then } if then == seen && renamed && tailing => (true, false),
                         // Finished, but still here: its cleanup did not happen yet.
                         KnownState::Finished { seen: then } if then == seen => (false, cleanup != Cleanup::None),
                         KnownState::Finished { .. } => (true, false),
@@ -460,6 +476,20 @@ impl ConnectorState {
         // and its ticks follow what is in the directory, not everything ever read.
         self.known.retain(|_, k| k.pass >= walk.pass || matches!(k.state, KnownState::Assigned | KnownState::Pending));
         self.unfollowed_links.retain(|_, pass| *pass >= walk.pass);
+        // A whole pass did not find it under any name: removed, or moved out of the
+        // directory, before its task could read on. Said, as what it still held is lost.
+        self.missing.retain(|_, (path, since)| {
+            if *since > walk.pass {
+                return true;
+            }
+            log::warn(&format!(
+                "{}: its task did not find it at its listed path, and no file in {} is it any more \
+                 (removed, or moved out, before it was read to its end): what it held past its committed offset is not read",
+                printable(path),
+                printable(&self.settings.as_ref().map_or(String::new(), |s| s.directory.clone()))
+            ));
+            false
+        });
     }
 
     /// Whether a file modified at `seen.mtime` is younger than `file.filter.minimum.age.ms`.
@@ -496,7 +526,7 @@ impl ConnectorState {
                 let Some(expected) = &offset.head else { return false };
                 open(&path).ok().and_then(|file| head_of(&file, offset.position)).as_ref() == Some(expected)
             };
-            let decision = decide(
+            let mut decision = decide(
                 offset.as_ref(),
                 seen,
                 relative.ends_with(".gz"),
@@ -504,6 +534,16 @@ impl ConnectorState {
                 settings.cleanup,
                 head_unchanged,
             );
+            // Finished idle with its last line held back (no newline yet), and now renamed
+            // away (rotated): read on, so that line is sent once its rotation is over.
+            if let (Decision::Finished, Some(o)) = (&decision, &offset)
+                && o.end == End::Idle
+                && o.position < o.size
+                && o.path != relative
+                && !relative.ends_with(".gz")
+            {
+                decision = Decision::ReadOn { attempt: o.attempt + 1, reason: "rotated with its last line unfinished" };
+            }
             // A file to read from its start, modified too recently (still being copied in,
             // say): left for a later listing. One being read on is not held back.
             if matches!(decision, Decision::Start { .. }) && self.too_young(&relative, seen) {
@@ -636,6 +676,7 @@ impl ConnectorState {
                     // Not where it was listed: the next walk finds it wherever it is now.
                     None => {
                         self.known.remove(&id);
+                        self.missing.insert(id.clone(), (relative, self.passes + 1));
                     }
                 }
             }
@@ -1374,8 +1415,11 @@ impl TaskState {
                 match end {
                     Some(end) if seen_all => {
                         let mut last = last;
-                        // A removed or rotated file will not get its last newline.
-                        if matches!(end, End::Removed | End::Rotated) {
+                        // A removed or rotated file will not get its last newline, nor
+                        // one finished idle that its cleanup deletes or moves away.
+                        if matches!(end, End::Removed | End::Rotated)
+                            || (end == End::Idle && settings.cleanup != Cleanup::None)
+                        {
                             let open = file.open.as_mut().expect("open");
                             if open.reader.is_skipping() && open.reader.skip_rest(false).is_ok_and(|past| past) {
                                 file.skipped_long_line();
