@@ -196,6 +196,20 @@ impl Settings {
         let move_success = move_success.trim_end_matches('/').to_string();
         let move_failure = move_failure.trim_end_matches('/').to_string();
         let directory = required("fs.listing.directory.path").trim_end_matches('/').to_string();
+        // The plugin sees the granted directories by their absolute paths only: a relative
+        // one would be "not found" with no word of why.
+        for (key, path) in [
+            ("fs.listing.directory.path", &directory),
+            ("fs.cleanup.policy.move.success.path", &move_success),
+            ("fs.cleanup.policy.move.failure.path", &move_failure),
+        ] {
+            let reported = problems.borrow().iter().any(|(k, _)| k == key);
+            if !path.is_empty() && !path.starts_with('/') && !reported {
+                problems
+                    .borrow_mut()
+                    .push(problem(key, format!("'{path}' is a relative path: give the absolute path")));
+            }
+        }
         if cleanup == Cleanup::Move && !directory.is_empty() {
             for (key, path) in [
                 ("fs.cleanup.policy.move.success.path", &move_success),
@@ -333,6 +347,9 @@ mod tests {
         assert!(keys(&config).contains(&"fs.cleanup.policy.move.success.path".to_string()));
         assert_eq!(parse(&[("sandbox.record.max.bytes", "100")]).unwrap().record_max_bytes, 100);
         assert!(!parse(&[]).unwrap().skip_long_lines);
+        let relative = parse(&[("fs.listing.directory.path", "in")]).unwrap_err();
+        assert_eq!(relative.0, "fs.listing.directory.path");
+        assert!(relative.1.contains("relative path"), "{relative:?}");
         assert!(parse(&[("errors.tolerance", "all")]).unwrap().skip_long_lines);
     }
 }
