@@ -105,6 +105,13 @@ async fn the_same_name_deleted_and_written_again_arrives_every_round_with_none()
 /// A writer appending throughout, rotating three times as logrotate does (older files
 /// shifted up, `app.log` renamed to `app.log.1`), each time with an unfinished last line
 /// that it completes, and a few more lines, in the renamed file before it reopens.
+/// Every written line delivered once, in whatever order the files were read.
+fn assert_each_once(mut delivered: Vec<String>, mut written: Vec<String>) {
+    delivered.sort();
+    written.sort();
+    assert_eq!(delivered, written, "lines lost or sent twice across rotations");
+}
+
 fn rotating_writer(dir: &Path, ready: std::sync::mpsc::Receiver<()>) -> Vec<String> {
     let app = dir.join("app.log");
     let mut written = Vec::new();
@@ -170,11 +177,7 @@ async fn log_rotation_in_tail_mode_sends_every_line_once() {
         (offsets.len() == 4 && done == 3).then_some(())
     })
     .await;
-    let mut delivered = host.values("lines");
-    let mut expected = written;
-    delivered.sort();
-    expected.sort();
-    assert_eq!(delivered, expected, "lines lost or sent twice across rotations");
+    assert_each_once(host.values("lines"), written);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -810,11 +813,7 @@ async fn logs_rotated_faster_than_tasks_start_are_read_to_their_end_when_the_fil
     });
     let written = writer.await.unwrap();
     wait_until("every written line", || (host.values("lines").len() >= written.len()).then_some(())).await;
-    let mut delivered = host.values("lines");
-    let mut expected = written;
-    delivered.sort();
-    expected.sort();
-    assert_eq!(delivered, expected, "lines lost or sent twice across rotations");
+    assert_each_once(host.values("lines"), written);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

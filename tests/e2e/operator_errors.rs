@@ -45,6 +45,13 @@ fn run_files(data: &Path, files: &[PathBuf], config: Option<&Path>) -> (Option<i
     (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
+/// `sluice run` of one connector file, with the plugin folder and data directory given.
+fn sluice_run(plugin_path: impl AsRef<std::ffi::OsStr>, data: &Path, file: &Path) -> Command {
+    let mut command = sluice();
+    command.arg("run").arg("--plugin-path").arg(plugin_path).arg("--data-dir").arg(data).arg(file);
+    command
+}
+
 fn error_line(stderr: &str) -> String {
     let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(lines.len(), 1, "one error line expected: {stderr}");
@@ -118,14 +125,8 @@ fn unknown_keys_are_warned_about_with_the_nearest_key() {
         &counter("c", r#", "record.count": "5", "tasks.mx": "3", "bogus.key": "1""#),
     );
     let data = dir.path().join("data");
-    let mut child = sluice()
+    let mut child = sluice_run(plugins(&data, &["counter"]), &data, &file)
         .env("SLUICE_LOG", "warn")
-        .arg("run")
-        .arg("--plugin-path")
-        .arg(plugins(&data, &["counter"]))
-        .arg("--data-dir")
-        .arg(&data)
-        .arg(&file)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -153,16 +154,7 @@ fn unknown_connectors_tenants_and_topics_are_errors() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let file = connector_file(dir.path(), "c.json", &counter("known", r#", "record.count": "3""#));
-    let mut child = sluice()
-        .arg("run")
-        .arg("--plugin-path")
-        .arg(plugins(&data, &["counter"]))
-        .arg("--data-dir")
-        .arg(&data)
-        .arg(&file)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = sluice_run(plugins(&data, &["counter"]), &data, &file).stderr(Stdio::null()).spawn().unwrap();
     wait_until("the connector's records", || {
         let stores = crate::stores(&data).ok()?;
         (stores.local().topics(DEFAULT_TENANT).ok()?.len() == 1).then_some(())
@@ -218,17 +210,8 @@ fn plugin_text_cannot_forge_log_lines_or_statuses() {
         r#"{"name": "forge", "config": {"connector.class": "hostile", "topic": "t", "hostile.attack": "forge-log"}}"#,
     );
     let data = dir.path().join("data");
-    let mut child = sluice()
-        .env("SLUICE_LOG", "info")
-        .arg("run")
-        .arg("--plugin-path")
-        .arg(&plugins)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg(&file)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        sluice_run(&plugins, &data, &file).env("SLUICE_LOG", "info").stderr(Stdio::piped()).spawn().unwrap();
     let mut lines = Vec::new();
     for line in BufReader::new(child.stderr.take().unwrap()).lines() {
         let line = line.unwrap();
@@ -265,13 +248,7 @@ fn stdout_into_a_reader_that_goes_away_ends_the_process() {
         &counter("piped", r#", "destination": "stdout", "records.per.second": "0""#),
     );
     let data = dir.path().join("data");
-    let mut child = sluice()
-        .arg("run")
-        .arg("--plugin-path")
-        .arg(plugins(&data, &["counter"]))
-        .arg("--data-dir")
-        .arg(&data)
-        .arg(&file)
+    let mut child = sluice_run(plugins(&data, &["counter"]), &data, &file)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -396,14 +373,8 @@ fn plugins_the_connectors_do_not_use_are_never_waited_for() {
     std::fs::write(folder.join("garbage.wasm"), b"not a component").unwrap();
     let file = connector_file(dir.path(), "c.json", &counter("fast", r#", "record.count": "5""#));
     let log = dir.path().join("sluice.log");
-    let mut child = sluice()
+    let mut child = sluice_run(&folder, &data, &file)
         .env("SLUICE_LOG", "info")
-        .arg("run")
-        .arg("--plugin-path")
-        .arg(&folder)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg(&file)
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
@@ -448,13 +419,7 @@ fn stdout_a_refused_record_fails_the_task_and_nothing_of_its_batch_is_written() 
             "record.count": "30", "batch.size": "3", "records.per.second": "100000", "poll.oversize.at": "7"}}"#,
     );
     let (data, out) = (dir.path().join("data"), dir.path().join("stdout.jsonl"));
-    let mut child = sluice()
-        .arg("run")
-        .arg("--plugin-path")
-        .arg(&plugins)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg(&file)
+    let mut child = sluice_run(&plugins, &data, &file)
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(Stdio::null())
         .spawn()
@@ -489,13 +454,7 @@ fn stdout_a_refused_record_goes_to_the_dead_letter_topic_and_the_rest_are_writte
             "errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq"}}"#,
     );
     let (data, out) = (dir.path().join("data"), dir.path().join("stdout.jsonl"));
-    let mut child = sluice()
-        .arg("run")
-        .arg("--plugin-path")
-        .arg(&plugins)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg(&file)
+    let mut child = sluice_run(&plugins, &data, &file)
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(Stdio::null())
         .spawn()
@@ -529,13 +488,7 @@ fn a_listed_folder_removed_while_running_is_warned_about_and_followed_when_back(
     );
     let file = connector_file(dir.path(), "files.json", &text);
     let log = dir.path().join("sluice.log");
-    let mut child = sluice()
-        .arg("run")
-        .arg("--plugin-path")
-        .arg(plugins(&data, &["file-pulse"]))
-        .arg("--data-dir")
-        .arg(&data)
-        .arg(&file)
+    let mut child = sluice_run(plugins(&data, &["file-pulse"]), &data, &file)
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();

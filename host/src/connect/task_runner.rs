@@ -306,7 +306,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             }
             tracing::info!(connector = %connector, task = spec.task, "the task is done: stopping it");
             let deadline = Instant::now() + spec.settings.sandbox.timeouts.lifecycle;
-            return match stop_instance(&mut instance, &destination, spec, id, deadline).await {
+            return match stop_instance(&mut instance, &destination, spec, id, deadline, true).await {
                 Outcome::Stopped => Outcome::Finished { instance: id },
                 failed => failed,
             };
@@ -337,7 +337,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 human_bytes(spec.settings.sandbox.memory_max_bytes)
             );
             let deadline = Instant::now() + spec.settings.sandbox.timeouts.lifecycle;
-            return match stop_instance(&mut instance, &destination, spec, id, deadline).await {
+            return match stop_instance(&mut instance, &destination, spec, id, deadline, true).await {
                 Outcome::Stopped => Outcome::Recycled,
                 failed => failed,
             };
@@ -363,15 +363,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
         return outcome;
     }
     let deadline = stopped(stop).await;
-    if in_flight.given_up {
-        tracing::warn!(connector = %connector, task = spec.task, "stopping with a batch its destination did not take: the task's commit() is not called");
-        instance.stop_by(deadline);
-        if let Err(e) = instance.task_stop().await {
-            tracing::warn!(connector = %connector, task = spec.task, "stop failed: {e}");
-        }
-        return Outcome::Stopped;
-    }
-    stop_instance(&mut instance, &destination, spec, id, deadline).await
+    stop_instance(&mut instance, &destination, spec, id, deadline, !in_flight.given_up).await
 }
 
 /// Where a polled batch is checked: on the task's thread as soon as the guest's poll
@@ -771,16 +763,21 @@ async fn settle_delivery(
 }
 
 /// Offsets of everything delivered are already durable: tell the task, then stop it, all
-/// by `deadline`.
+/// by `deadline`. With `all_delivered` false (a batch was given up on), the task is not
+/// told: its `commit()` says everything it returned is durable, and a plugin may
+/// acknowledge its upstream on it.
 async fn stop_instance(
     instance: &mut PluginInstance,
     destination: &Arc<dyn Destination>,
     spec: &TaskSpec,
     id: u64,
     deadline: Instant,
+    all_delivered: bool,
 ) -> Outcome {
     instance.stop_by(deadline);
-    if let Some(outcome) = commit(instance, destination, spec, id, Some(deadline), true).await {
+    if !all_delivered {
+        tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "stopping with a batch its destination did not take: the task's commit() is not called");
+    } else if let Some(outcome) = commit(instance, destination, spec, id, Some(deadline), true).await {
         return outcome;
     }
     if let Err(e) = instance.task_stop().await {

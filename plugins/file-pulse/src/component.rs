@@ -478,15 +478,15 @@ impl ConnectorState {
         self.unfollowed_links.retain(|_, pass| *pass >= walk.pass);
         // A whole pass did not find it under any name: removed, or moved out of the
         // directory, before its task could read on. Said, as what it still held is lost.
+        let directory = printable(&self.settings().directory);
         self.missing.retain(|_, (path, since)| {
             if *since > walk.pass {
                 return true;
             }
             log::warn(&format!(
-                "{}: its task did not find it at its listed path, and no file in {} is it any more \
+                "{}: its task did not find it at its listed path, and no file in {directory} is it any more \
                  (removed, or moved out, before it was read to its end): what it held past its committed offset is not read",
                 printable(path),
-                printable(&self.settings.as_ref().map_or(String::new(), |s| s.directory.clone()))
             ));
             false
         });
@@ -526,24 +526,8 @@ impl ConnectorState {
                 let Some(expected) = &offset.head else { return false };
                 open(&path).ok().and_then(|file| head_of(&file, offset.position)).as_ref() == Some(expected)
             };
-            let mut decision = decide(
-                offset.as_ref(),
-                seen,
-                relative.ends_with(".gz"),
-                settings.completion,
-                settings.cleanup,
-                head_unchanged,
-            );
-            // Finished idle with its last line held back (no newline yet), and now renamed
-            // away (rotated): read on, so that line is sent once its rotation is over.
-            if let (Decision::Finished, Some(o)) = (&decision, &offset)
-                && o.end == End::Idle
-                && o.position < o.size
-                && o.path != relative
-                && !relative.ends_with(".gz")
-            {
-                decision = Decision::ReadOn { attempt: o.attempt + 1, reason: "rotated with its last line unfinished" };
-            }
+            let decision =
+                decide(offset.as_ref(), seen, &relative, settings.completion, settings.cleanup, head_unchanged);
             // A file to read from its start, modified too recently (still being copied in,
             // say): left for a later listing. One being read on is not held back.
             if matches!(decision, Decision::Start { .. }) && self.too_young(&relative, seen) {
@@ -1234,14 +1218,15 @@ impl TaskState {
         // head), or the file was rewritten or replaced while no reader had it open (a
         // `copytruncate` refilled past the position while the task was down, a name
         // dropped again on a reused inode): that is new content, read from its start.
-        let first_bytes = |position: u64| {
-            descriptor.read(position.min(HEAD_BYTES as u64), 0).map(|(bytes, _)| bytes).unwrap_or_default()
-        };
+        let mut known_head = Vec::new();
         if file.offset.position > 0 && !compressed {
-            let now = head_hash(&first_bytes(file.offset.position));
+            let read = descriptor.read(file.offset.position.min(HEAD_BYTES as u64), 0);
+            known_head = read.map(|(bytes, _)| bytes).unwrap_or_default();
+            let now = head_hash(&known_head);
             match &file.offset.head {
                 Some(read) if *read != now => {
                     file.restart_version("its first bytes are not the ones read before (rewritten or replaced)".into());
+                    known_head.clear();
                 }
                 // An offset from before heads were kept, or written by hand: the first
                 // bytes as they are now stand for the ones read.
@@ -1249,11 +1234,6 @@ impl TaskState {
                 Some(_) => {}
             }
         }
-        let known_head = match file.offset.position {
-            0 => Vec::new(),
-            position if !compressed => first_bytes(position),
-            _ => Vec::new(),
-        };
         let head = Rc::new(RefCell::new(known_head));
         let source = |offset| Box::new(PositionalFile { file: Rc::clone(&descriptor), offset, head: Rc::clone(&head) });
         let reader = if compressed {
@@ -1303,21 +1283,16 @@ impl TaskState {
             }
             let open = file.open.as_mut().expect("opened above");
             open.last_poll = polls;
+            // Past a too-long line being skipped first; nothing more of it now is the end.
             if open.reader.is_skipping() {
                 match open.reader.skip_rest(hold_partial) {
                     Ok(true) => file.skipped_long_line(),
-                    Ok(false) => {}
+                    Ok(false) if rewritten_meanwhile(file, batch).is_some() => return,
+                    Ok(false) => return Self::at_end(file, &settings, batch, last_of_this_poll),
                     Err(e) => {
                         let reason = format!("cannot be read: {e}");
                         return file.finish(batch, last_of_this_poll, End::Failed, Some(reason));
                     }
-                }
-                let open = file.open.as_mut().expect("opened above");
-                if open.reader.is_skipping() {
-                    if rewritten_meanwhile(file, batch).is_some() {
-                        return;
-                    }
-                    return Self::at_end(file, &settings, batch, last_of_this_poll);
                 }
             }
             let open = file.open.as_mut().expect("opened above");

@@ -19,6 +19,8 @@
 //!   - `file.completion=tail`: if it was finished because it was removed, a new file;
 //!     else, when it is at least as long as what was read and its first bytes are the
 //!     ones read, the same log grew: read on from the offset; otherwise a new version;
+//!     and one finished idle with its last line held back (no newline yet) that is now
+//!     listed under another name (rotated) is read on, so that line is sent;
 //! - a failed offset: left alone while unchanged (under `move` a failed file is moved
 //!   away, so finding it in the directory means it was moved back: retried); a changed
 //!   one (fixed in place) is retried. A retry reads on from where its records stopped,
@@ -52,17 +54,19 @@ pub enum Decision {
     Failed,
 }
 
-/// Where the rules need the file's first bytes (tail mode, a finished log that changed):
-/// whether they still hash to the offset's `head`.
+/// `listed` is the path the file is listed under now. Where the rules need the file's
+/// first bytes (tail mode, a finished log that changed): whether they still hash to the
+/// offset's `head`.
 pub fn decide(
     offset: Option<&FileOffset>,
     seen: Seen,
-    compressed: bool,
+    listed: &str,
     completion: Completion,
     cleanup: Cleanup,
     head_unchanged: impl FnOnce(&FileOffset) -> bool,
 ) -> Decision {
     let Some(offset) = offset else { return Decision::Start { version: 0, reason: None } };
+    let compressed = listed.ends_with(".gz");
     let next_version = |reason| Decision::Start { version: offset.version + 1, reason: Some(reason) };
     let read_on = |reason| Decision::ReadOn { attempt: offset.attempt + 1, reason };
     // A .gz position counts decompressed bytes: only its compressed size can be compared.
@@ -90,6 +94,11 @@ pub fn decide(
         End::Failed if !unchanged => read_on("it changed after it failed"),
         End::Failed if cleanup == Cleanup::Move => read_on("it was moved back after it failed"),
         End::Failed => Decision::Failed,
+        // Finished idle with its last line held back (no newline yet), then renamed away
+        // (rotated): read on, so that line is sent once its rotation is over.
+        End::Idle if unchanged && offset.position < offset.size && offset.path != listed && !compressed => {
+            read_on("rotated with its last line unfinished")
+        }
         _ if unchanged => Decision::Finished,
         _ if completion == Completion::Eof => next_version("it changed after it was finished"),
         End::Removed => next_version("a new file took the identity of a removed one"),
@@ -107,7 +116,7 @@ mod tests {
     }
 
     fn eof(offset: Option<&FileOffset>, seen: Seen, cleanup: Cleanup) -> Decision {
-        decide(offset, seen, false, Completion::Eof, cleanup, |_| panic!("eof mode never reads the head"))
+        decide(offset, seen, "a.log", Completion::Eof, cleanup, |_| panic!("eof mode never reads the head"))
     }
 
     fn seen(size: u64, mtime: u64) -> Seen {
@@ -158,7 +167,7 @@ mod tests {
     #[test]
     fn tail_mode_tells_a_grown_log_from_a_new_file() {
         let tail = |offset: &FileOffset, seen: Seen, head_same: bool| {
-            decide(Some(offset), seen, false, Completion::Tail, Cleanup::None, |_| head_same)
+            decide(Some(offset), seen, "a.log", Completion::Tail, Cleanup::None, |_| head_same)
         };
         let idle = done(End::Idle, 10, 10, 1);
         assert_eq!(tail(&idle, seen(10, 1), true), Decision::Finished);
@@ -170,17 +179,23 @@ mod tests {
         // Removed, then the inode came back: always a new file.
         let removed = done(End::Removed, 10, 10, 1);
         assert!(matches!(tail(&removed, seen(30, 2), true), Decision::Start { version: 1, .. }));
+        // Finished idle holding back a last line without newline (8 of 10 bytes sent):
+        // under its name it is finished; renamed away, it is read on to send that line.
+        let holding = done(End::Idle, 8, 10, 1);
+        assert_eq!(tail(&holding, seen(10, 1), true), Decision::Finished);
+        let renamed = decide(Some(&holding), seen(10, 1), "a.log.1", Completion::Tail, Cleanup::None, |_| true);
+        assert!(matches!(renamed, Decision::ReadOn { attempt: 1, .. }), "{renamed:?}");
     }
 
     #[test]
     fn compressed_files_compare_their_compressed_size() {
         let reading = FileOffset { position: 5000, size: 100, mtime: 1, ..FileOffset::default() };
         assert_eq!(
-            decide(Some(&reading), seen(100, 1), true, Completion::Eof, Cleanup::None, |_| true),
+            decide(Some(&reading), seen(100, 1), "a.log.gz", Completion::Eof, Cleanup::None, |_| true),
             Decision::Continue
         );
         assert!(matches!(
-            decide(Some(&reading), seen(50, 2), true, Completion::Eof, Cleanup::None, |_| true),
+            decide(Some(&reading), seen(50, 2), "a.log.gz", Completion::Eof, Cleanup::None, |_| true),
             Decision::Start { version: 1, .. }
         ));
     }
