@@ -339,6 +339,8 @@ mod batch {
     }
 
     impl RecordWriter<'_> {
+        // Inlined: a call per field set was a twentieth of the counter's time per record.
+        #[inline]
         fn last(&mut self) -> &mut BatchRecord {
             self.batch.records.last_mut().expect("a writer exists for a record just added")
         }
