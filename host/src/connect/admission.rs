@@ -51,6 +51,19 @@ pub(super) async fn admit(
     Ok(Admitted { settings, plugin, warnings })
 }
 
+/// The tenant's rules of [`admit`] again, against `running` as it is now: what a change
+/// checks under the herder's lock after admitting `config` without it (the plugin's calls
+/// may take their whole deadline, and nothing else should wait on them).
+pub(super) fn recheck_tenant(
+    services: &Services,
+    config: &ConnectorConfig,
+    admitted: &mut Admitted,
+    running: &[Running],
+) -> Result<(), ConfigError> {
+    let config = &config.with_defaults(&services.worker.defaults);
+    check_tenant(services, config, &mut admitted.settings, running)
+}
+
 /// Every problem `admit` could find in `config`, not only the first (Kafka Connect's
 /// validate endpoint): each host key that does not parse, the tenant's rules, the plugin's
 /// `config-def` and everything the plugin's `validate` says.

@@ -77,6 +77,54 @@ pub struct Herder {
     services: Arc<Services>,
     /// Held across a whole change to one connector, so changes never interleave.
     connectors: Mutex<BTreeMap<Namespace, Entry>>,
+    /// What reads see: every connector as the last finished change left it, published as
+    /// each change lets go of `connectors` ([`Changing`]). Reads (statuses, lists, configs,
+    /// `/health`) never wait behind a change, which may wait on a plugin's call for its
+    /// whole deadline or on a stuck task's stop (as Kafka Connect's status reads never wait
+    /// behind its herder's requests).
+    view: std::sync::RwLock<Arc<BTreeMap<Namespace, View>>>,
+}
+
+/// A connector as reads see it.
+#[derive(Clone)]
+struct View {
+    config: ConnectorConfig,
+    target: TargetState,
+    tasks_max: u32,
+    metrics: Option<Arc<ConnectorMetrics>>,
+}
+
+/// The herder's lock for one change; publishes the connectors as they are when let go.
+struct Changing<'a> {
+    connectors: tokio::sync::MutexGuard<'a, BTreeMap<Namespace, Entry>>,
+    view: &'a std::sync::RwLock<Arc<BTreeMap<Namespace, View>>>,
+}
+
+impl std::ops::Deref for Changing<'_> {
+    type Target = BTreeMap<Namespace, Entry>;
+    fn deref(&self) -> &Self::Target {
+        &self.connectors
+    }
+}
+
+impl std::ops::DerefMut for Changing<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.connectors
+    }
+}
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        let view = self
+            .connectors
+            .iter()
+            .map(|(ns, e)| {
+                let metrics = e.run.as_ref().map(|run| run.metrics.clone());
+                (ns.clone(), View { config: e.config.clone(), target: e.target, tasks_max: e.tasks_max, metrics })
+            })
+            .collect();
+        *self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(view);
+    }
 }
 
 impl Herder {
@@ -123,12 +171,26 @@ impl Herder {
     }
 
     pub fn new(services: Services) -> Herder {
-        Herder { services: Arc::new(services), connectors: Mutex::new(BTreeMap::new()) }
+        Herder { services: Arc::new(services), connectors: Mutex::new(BTreeMap::new()), view: Default::default() }
     }
 
     /// Returns once the herder could take a request: no change to a connector holds it.
     pub async fn responsive(&self) {
-        drop(self.connectors.lock().await);
+        drop(self.view());
+    }
+
+    /// The herder's lock for a change (see [`Herder::view`]).
+    async fn change(&self) -> Changing<'_> {
+        Changing { connectors: self.connectors.lock().await, view: &self.view }
+    }
+
+    /// Every connector as the last finished change left it.
+    fn view(&self) -> Arc<BTreeMap<Namespace, View>> {
+        self.view.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    fn running_now(&self) -> Vec<Running> {
+        self.view().iter().map(|(ns, v)| (ns.clone(), v.tasks_max)).collect()
     }
 
     pub fn services(&self) -> &Arc<Services> {
@@ -181,31 +243,29 @@ impl Herder {
 
     /// A running connector's counters: deliveries, ticks, the connector's memory.
     pub async fn metrics_in(&self, ns: &Namespace) -> Option<MetricsSnapshot> {
-        self.connectors.lock().await.get(ns)?.run.as_ref().map(|run| run.metrics.snapshot())
+        self.view().get(ns)?.metrics.as_ref().map(|metrics| metrics.snapshot())
     }
 
     /// Every connector this worker knows, with its config and target state.
     pub async fn connectors(&self) -> Vec<(Namespace, ConnectorConfig, TargetState)> {
-        let connectors = self.connectors.lock().await;
-        connectors.iter().map(|(ns, e)| (ns.clone(), e.config.clone(), e.target)).collect()
+        self.view().iter().map(|(ns, v)| (ns.clone(), v.config.clone(), v.target)).collect()
     }
 
     /// A connector's config and target state.
     pub async fn connector(&self, ns: &Namespace) -> Option<(ConnectorConfig, TargetState)> {
-        self.connectors.lock().await.get(ns).map(|e| (e.config.clone(), e.target))
+        self.view().get(ns).map(|v| (v.config.clone(), v.target))
     }
 
     /// Checks a config the way `start` would: host keys, the tenant's rules, the plugin's
     /// `config-def`, and the plugin's own `validate`.
     pub async fn validate(&self, config: &ConnectorConfig) -> Result<Admitted, ConfigError> {
-        let running = self.running(&*self.connectors.lock().await);
-        admission::admit(&self.services, config, &running).await
+        admission::admit(&self.services, config, &self.running_now()).await
     }
 
     /// Checks several configs as if all were started, each against the tenants' quotas
     /// with the ones before it counted: nothing need start for a bad one to be refused.
     pub async fn validate_all(&self, configs: &[ConnectorConfig]) -> Result<Vec<Admitted>, ConfigError> {
-        let mut running = self.running(&*self.connectors.lock().await);
+        let mut running = self.running_now();
         let mut admitted = Vec::with_capacity(configs.len());
         for config in configs {
             let one = admission::admit(&self.services, config, &running).await?;
@@ -257,16 +317,36 @@ impl Herder {
     /// STOPPED, it writes nothing until resumed, so its offsets can be set first).
     pub async fn create_in(&self, config: ConnectorConfig, target: TargetState) -> Result<Namespace, HerderError> {
         let ns = self.namespace_of(&config);
-        self.load_plugin_of(&config).await;
-        let mut connectors = self.connectors.lock().await;
-        if connectors.contains_key(&ns) {
+        if self.view().contains_key(&ns) {
             return Err(HerderError::Exists(config.name.clone()));
         }
-        let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
-        // Validation awaited: another create of the name may have won meanwhile.
-        if connectors.contains_key(&ns) {
+        let admitted = self.admit_unlocked(&config).await?;
+        self.create_admitted(&ns, config, admitted, target).await
+    }
+
+    /// Admits `config` without the herder's lock: compiling its plugin and the plugin's
+    /// `config-def` and `validate` calls (each up to its deadline) hold up no other
+    /// change. The tenant's quotas are checked again under the lock
+    /// ([`admission::recheck_tenant`]).
+    async fn admit_unlocked(&self, config: &ConnectorConfig) -> Result<Admitted, HerderError> {
+        self.load_plugin_of(config).await;
+        Ok(admission::admit(&self.services, config, &self.running_now()).await?)
+    }
+
+    async fn create_admitted(
+        &self,
+        ns: &Namespace,
+        config: ConnectorConfig,
+        mut admitted: Admitted,
+        target: TargetState,
+    ) -> Result<Namespace, HerderError> {
+        let mut connectors = self.change().await;
+        // Another create of the name may have won meanwhile.
+        if connectors.contains_key(ns) {
             return Err(HerderError::Exists(config.name.clone()));
         }
+        admission::recheck_tenant(&self.services, &config, &mut admitted, &self.running(&connectors))?;
+        let ns = ns.clone();
         self.store_config(&ns, &config, target)?;
         let entry = self.launch(&ns, config, admitted, target);
         connectors.insert(ns.clone(), entry);
@@ -277,13 +357,13 @@ impl Herder {
     /// its target state). Returns whether it was created.
     pub async fn put_config(&self, config: ConnectorConfig) -> Result<bool, HerderError> {
         let ns = self.namespace_of(&config);
-        self.load_plugin_of(&config).await;
-        let mut connectors = self.connectors.lock().await;
+        let mut admitted = self.admit_unlocked(&config).await?;
+        let mut connectors = self.change().await;
         let Some(target) = connectors.get(&ns).map(|e| e.target) else {
             drop(connectors);
-            return self.create(config).await.map(|_| true);
+            return self.create_admitted(&ns, config, admitted, TargetState::Started).await.map(|_| true);
         };
-        let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
+        admission::recheck_tenant(&self.services, &config, &mut admitted, &self.running(&connectors))?;
         let old = connectors.remove(&ns).expect("checked above");
         if let Some(run) = old.run {
             run.stop().await;
@@ -304,7 +384,7 @@ impl Herder {
         change: impl FnOnce(&ConnectorConfig) -> Result<ConnectorConfig, HerderError>,
     ) -> Result<ConnectorConfig, HerderError> {
         self.load_plugin_of_connector(ns).await;
-        let mut connectors = self.connectors.lock().await;
+        let mut connectors = self.change().await;
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let (config, target) = (change(&entry.config)?, entry.target);
         let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
@@ -378,7 +458,7 @@ impl Herder {
     /// A config that no longer passes (its plugin is gone, say) is left FAILED with why.
     pub async fn restore(&self) -> anyhow::Result<usize> {
         let stored = self.services.stores.configs().stored_connectors()?;
-        let mut connectors = self.connectors.lock().await;
+        let mut connectors = self.change().await;
         let mut restored = 0;
         // Those that cannot start join the list after every one that can: listed before,
         // they would count against a tenant's quota and keep healthy ones from starting.
@@ -428,7 +508,7 @@ impl Herder {
     /// STOPPED one starts it.
     pub async fn set_paused(&self, ns: &Namespace, pause: bool) -> Result<(), HerderError> {
         self.load_plugin_of_connector(ns).await;
-        let mut connectors = self.connectors.lock().await;
+        let mut connectors = self.change().await;
         let entry = connectors.get_mut(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let target = if pause { TargetState::Paused } else { TargetState::Started };
         self.services.stores.configs().put_target_state(ns, target).map_err(HerderError::Store)?;
@@ -447,7 +527,7 @@ impl Herder {
     /// Stops a connector (Kafka Connect's KIP-875 STOPPED): its tasks and instance are shut
     /// down, offsets committed first; it stays, with its config, until resumed or deleted.
     pub async fn stop_connector(&self, ns: &Namespace) -> Result<(), HerderError> {
-        let mut connectors = self.connectors.lock().await;
+        let mut connectors = self.change().await;
         let entry = connectors.get_mut(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         self.services.stores.configs().put_target_state(ns, TargetState::Stopped).map_err(HerderError::Store)?;
         entry.target = TargetState::Stopped;
@@ -470,7 +550,7 @@ impl Herder {
     ) -> Result<Option<ConnectorStatus>, HerderError> {
         // A restart may start it on a plugin file loaded only now: compiled before the lock.
         self.load_plugin_of_connector(ns).await;
-        let connectors = self.connectors.lock().await;
+        let connectors = self.change().await;
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let mut status = self.services.board.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let Some(run) = &entry.run else {
@@ -526,7 +606,7 @@ impl Herder {
     /// Stops the connector and starts it again from its stored config, admitted afresh
     /// (so on the plugin file in the folder now), in its target state.
     async fn relaunch(&self, ns: &Namespace) -> Result<(), HerderError> {
-        let mut connectors = self.connectors.lock().await;
+        let mut connectors = self.change().await;
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let (config, target) = (entry.config.clone(), entry.target);
         let admitted = match admission::admit(&self.services, &config, &self.running(&connectors)).await {
@@ -550,17 +630,16 @@ impl Herder {
     /// Every problem in `config`, for Kafka Connect's validate endpoint (empty when it
     /// would be admitted).
     pub async fn problems(&self, config: &ConnectorConfig) -> Vec<ConfigError> {
-        let running = self.running(&*self.connectors.lock().await);
-        admission::problems(&self.services, config, &running).await
+        admission::problems(&self.services, config, &self.running_now()).await
     }
 
     /// The task configs the connector last generated (stored), by task id; none while it
     /// is STOPPED, as Connect shows a stopped connector (the stored ones stay, so the
     /// tasks of that generation are still fenced when it starts again with fewer).
     pub async fn task_configs(&self, ns: &Namespace) -> Result<Vec<Vec<(String, String)>>, HerderError> {
-        match self.connectors.lock().await.get(ns) {
+        match self.view().get(ns) {
             None => return Err(HerderError::NotFound(ns.connector.clone())),
-            Some(entry) if entry.target == TargetState::Stopped => return Ok(Vec::new()),
+            Some(view) if view.target == TargetState::Stopped => return Ok(Vec::new()),
             Some(_) => {}
         }
         self.services.stores.configs().task_configs(ns).map_err(HerderError::Store)
@@ -568,7 +647,7 @@ impl Herder {
 
     /// `NotFound` unless the connector exists.
     async fn must_exist(&self, ns: &Namespace) -> Result<(), HerderError> {
-        match self.connectors.lock().await.contains_key(ns) {
+        match self.view().contains_key(ns) {
             true => Ok(()),
             false => Err(HerderError::NotFound(ns.connector.clone())),
         }
@@ -602,13 +681,15 @@ impl Herder {
 
     /// The counters of every running connector.
     pub async fn all_metrics(&self) -> Vec<(Namespace, Arc<ConnectorMetrics>)> {
-        let connectors = self.connectors.lock().await;
-        connectors.iter().filter_map(|(ns, e)| e.run.as_ref().map(|run| (ns.clone(), run.metrics.clone()))).collect()
+        self.view()
+            .iter()
+            .filter_map(|(ns, v)| v.metrics.as_ref().map(|metrics| (ns.clone(), metrics.clone())))
+            .collect()
     }
 
     /// Restarts one task.
     pub async fn restart_task(&self, ns: &Namespace, task: u32) -> Result<(), HerderError> {
-        let connectors = self.connectors.lock().await;
+        let connectors = self.change().await;
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let status = self.services.board.get(ns);
         let exists = status.is_some_and(|s| s.tasks.iter().any(|t| t.id == task));
@@ -623,7 +704,7 @@ impl Herder {
 
     /// Deletes a connector: stopped gracefully, then forgotten (its offsets stay).
     pub async fn delete(&self, ns: &Namespace) -> Result<(), HerderError> {
-        let mut connectors = self.connectors.lock().await;
+        let mut connectors = self.change().await;
         let entry = connectors.remove(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         if let Some(run) = entry.run {
             run.stop().await;
@@ -639,7 +720,7 @@ impl Herder {
     /// Changes committed offsets (KIP-875): only while the connector is STOPPED. `None`
     /// as an offset forgets the partition's.
     pub async fn alter_offsets(&self, ns: &Namespace, changes: &[(String, Option<String>)]) -> Result<(), HerderError> {
-        let connectors = self.connectors.lock().await;
+        let connectors = self.change().await;
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         if entry.target != TargetState::Stopped || entry.run.is_some() {
             return Err(HerderError::Refused(format!(
@@ -664,7 +745,7 @@ impl Herder {
     }
 
     pub async fn stop_in(&self, ns: &Namespace) -> bool {
-        let entry = self.connectors.lock().await.remove(ns);
+        let entry = self.change().await.remove(ns);
         match entry {
             Some(entry) => {
                 if let Some(run) = entry.run {
@@ -679,7 +760,7 @@ impl Herder {
     /// Stops every connector, all at once: within the longest lifecycle call timeout.
     pub async fn shutdown(&self) {
         let runs: Vec<RunningConnector> =
-            std::mem::take(&mut *self.connectors.lock().await).into_values().filter_map(|e| e.run).collect();
+            std::mem::take(&mut *self.change().await).into_values().filter_map(|e| e.run).collect();
         let now = Instant::now();
         for run in &runs {
             let _ = run.stop.send(Some(now + run.stop_within));

@@ -1,6 +1,8 @@
 //! Concurrent requests: 50 parallel creates of one name give exactly one 201 (the rest
-//! 409), a create racing a delete of its name is a 201 or a 409 (never a 404), and 200 connectors created through the API by parallel clients are all listed
-//! with their status. (How fast that list answers is `sluice-bench rest`.)
+//! 409), a create racing a delete of its name is a 201 or a 409 (never a 404), 200
+//! connectors created through the API by parallel clients are all listed with their
+//! status, and a create whose plugin's `validate` sleeps to its deadline holds up no read
+//! and no other change. (How fast that list answers is `sluice-bench rest`.)
 
 use std::sync::{Arc, Barrier};
 
@@ -130,4 +132,45 @@ fn parallel_patches_of_different_keys_all_stay() {
     for i in 0..8 {
         assert_eq!(config[format!("note.{i}")], i.to_string(), "a patch was lost: {config}");
     }
+}
+
+#[test]
+fn a_create_waiting_on_a_plugins_validate_holds_up_no_read_and_no_other_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let server =
+        Arc::new(Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter", "hostile"]), None));
+    let steady = json!({"name": "steady", "config": {"connector.class": "counter", "topic": "steady", "records.per.second": "10"}});
+    assert_eq!(server.call("POST", "/connectors", None, Some(&steady.to_string())).status, 201);
+    server.wait_for("steady running", "/connectors/steady/status", None, |s| s["connector"]["state"] == "RUNNING");
+    // `validate` sleeps past its 10 s deadline: the create answers 400 after it.
+    let slow = json!({"name": "slow", "config": {"connector.class": "hostile", "topic": "slow",
+        "hostile.attack": "sleep-in-validate", "hostile.sleep.ms": "60000"}});
+    let creator = server.clone();
+    let create = std::thread::spawn(move || creator.call("POST", "/connectors", None, Some(&slow.to_string())));
+    // While it waits, reads and another connector's changes answer as if it were not
+    // there. A read that waited for the create would take its 10 s.
+    let mut answered_meanwhile = 0;
+    let mut slowest = std::time::Duration::ZERO;
+    let mut paused = false;
+    while !create.is_finished() {
+        let started = std::time::Instant::now();
+        assert_eq!(server.get("/connectors/steady/status").json()["name"], "steady");
+        assert_eq!(server.get("/connectors").json(), json!(["steady"]));
+        assert_eq!(server.get("/health").status, 200);
+        if !paused {
+            assert_eq!(server.call("PUT", "/connectors/steady/pause", None, None).status, 202);
+            paused = true;
+        }
+        let took = started.elapsed();
+        if !create.is_finished() {
+            answered_meanwhile += 1;
+            slowest = slowest.max(took);
+        }
+    }
+    let refused = create.join().unwrap();
+    assert!(refused.assert_error(400).contains("validate"), "{refused:?}");
+    assert!(answered_meanwhile >= 3, "only {answered_meanwhile} rounds of reads while the create waited");
+    assert!(slowest < std::time::Duration::from_secs(5), "a read waited {slowest:?} behind the create");
+    server.wait_for("steady paused", "/connectors/steady/status", None, |s| s["connector"]["state"] == "PAUSED");
+    assert_eq!(server.get("/connectors").json(), json!(["steady"]));
 }
