@@ -326,9 +326,9 @@ fn a_tenants_records_per_second_are_shared_fairly_whatever_the_batch_sizes() {
 fn a_worker_out_of_sandboxes_names_the_setting_and_the_rest_keep_running() {
     let dir = tempfile::tempdir().unwrap();
     let toml = dir.path().join("sluice.toml");
-    // The connector and two of its four tasks fit.
+    // A connector whose tasks could never all run fails at once, naming the setting.
     std::fs::write(&toml, "[sandbox]\nmax_instances = 3\n").unwrap();
-    let file = connector_file(dir.path(), "c.json", &counter("crowded", r#", "tasks.max": "4", "record.count": "5""#));
+    let too_many = connector_file(dir.path(), "big.json", &counter("big", r#", "tasks.max": "3""#));
     let data = dir.path().join("data");
     let mut child = sluice()
         .arg("run")
@@ -338,28 +338,72 @@ fn a_worker_out_of_sandboxes_names_the_setting_and_the_rest_keep_running() {
         .arg(plugins(&data, &["counter"]))
         .arg("--data-dir")
         .arg(&data)
-        .arg(&file)
+        .arg(&too_many)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let tasks = wait_until("two tasks running and two failed", || {
-        let status = crate::stores(&data).ok()?.statuses().statuses(DEFAULT_TENANT).ok()?;
-        let tasks = status.first()?.tasks.clone();
-        let count = |state| tasks.iter().filter(|t| t.state == state).count();
-        (count(sluice::storage::State::Running) == 2 && count(sluice::storage::State::Failed) == 2).then_some(tasks)
+    let failed = wait_until("the connector failed", || {
+        let statuses = crate::stores(&data).ok()?.statuses().statuses(DEFAULT_TENANT).ok()?;
+        let status = statuses.into_iter().find(|s| s.name == "big")?;
+        (status.connector.state == sluice::storage::State::Failed).then_some(status)
     });
     child.kill().unwrap();
     child.wait().unwrap();
-    for task in tasks.iter().filter(|t| t.state == sluice::storage::State::Failed) {
-        let trace = task.trace.as_deref().unwrap_or_default();
+    let trace = failed.connector.trace.as_deref().unwrap_or_default();
+    assert!(
+        trace.contains("generated 3 tasks") && trace.contains("tasks.max") && trace.contains("max_instances"),
+        "{trace}"
+    );
+    assert!(failed.tasks.is_empty(), "no task was started to fail: {failed:?}");
+    std::fs::remove_dir_all(&data).unwrap();
+    // Two connectors that fit each alone but not together: what does not fit fails, saying
+    // which setting raises the limit, and what fits runs.
+    let both: Vec<_> = ["one", "two"]
+        .iter()
+        .map(|name| {
+            let config = counter(name, r#", "tasks.max": "2", "records.per.second": "20""#);
+            connector_file(dir.path(), &format!("{name}.json"), &config)
+        })
+        .collect();
+    let mut child = sluice()
+        .arg("run")
+        .arg("--config")
+        .arg(&toml)
+        .arg("--plugin-path")
+        .arg(plugins(&data, &["counter"]))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(&both)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    use sluice::storage::State;
+    // Each sandbox's state and trace: a connector's, then its tasks'.
+    let settled = wait_until("three sandboxes running and the rest failed", || {
+        let statuses = crate::stores(&data).ok()?.statuses().statuses(DEFAULT_TENANT).ok()?;
+        let mut sandboxes = Vec::new();
+        for status in statuses.iter().filter(|s| s.name == "one" || s.name == "two") {
+            sandboxes.push((status.connector.state, status.connector.trace.clone()));
+            // A connector that could not start has no tasks; one that did has both.
+            if status.connector.state != State::Failed && status.tasks.len() != 2 {
+                return None;
+            }
+            sandboxes.extend(status.tasks.iter().map(|t| (t.state, t.trace.clone())));
+        }
+        let running = sandboxes.iter().filter(|(state, _)| *state == State::Running).count();
+        let settled = sandboxes.iter().all(|(state, _)| matches!(state, State::Running | State::Failed));
+        (statuses.len() == 2 && running == 3 && settled).then_some(sandboxes)
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(settled.iter().any(|(state, _)| *state == State::Failed), "{settled:?}");
+    for (_, trace) in settled.iter().filter(|(state, _)| *state == State::Failed) {
+        let trace = trace.as_deref().unwrap_or_default();
         assert!(
-            trace.starts_with("the worker already holds its most sandboxes at once (3, each connector and task is one); raise `max_instances` under [sandbox] in sluice.toml"),
+            trace.contains("the worker already holds its most sandboxes at once (3, each connector and task is one); raise `max_instances` under [sandbox] in sluice.toml"),
             "{trace}"
         );
     }
-    let stores = crate::stores(&data).unwrap();
-    let records = stores.local().read(DEFAULT_TENANT, "crowded", 0, 100).unwrap();
-    assert_eq!(records.len(), 10, "the two running tasks sent their five records each");
 }
 
 #[test]

@@ -108,7 +108,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: TASKS_MAX,
         type_: KeyType::Int,
         default: KeyDefault::Value("1"),
-        documentation: "most tasks the connector may ask for",
+        documentation: "most tasks the connector may ask for; a connector that asks for more tasks than the worker could ever run at once (with itself, more sandboxes than `[sandbox] max_instances`, 2048 by default) fails saying so",
     },
     HostKey {
         name: TASKS_MAX_ENFORCE,

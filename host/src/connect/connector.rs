@@ -408,6 +408,15 @@ impl ConnectorRun {
             tracing::warn!(connector = %name, "task-configs returned {} configs but tasks.max is {max}; using the first {max} (tasks.max.enforce=false)", configs.len());
             configs.truncate(max as usize);
         }
+        // Tasks that could never all run in this worker are not started one by one to fail
+        // (100,000 of them kept a worker busy for minutes, and its DELETE waiting).
+        let most = self.services.worker.sandbox.max_instances;
+        if configs.len() as u64 >= u64::from(most) {
+            return Some(format!(
+                "The connector {name} has generated {} tasks: with the connector, more sandboxes than this worker holds at once ({most}); lower tasks.max, or raise `max_instances` under [sandbox] in sluice.toml",
+                configs.len()
+            ));
+        }
         let running: Vec<&Pairs> = self.tasks.iter().map(|task| &*task.config).collect();
         let plan = reconfigure::plan(&running, &configs);
         if plan.is_empty() {
