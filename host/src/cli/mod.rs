@@ -369,7 +369,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Topics { command: TopicsCommand::List { data, worker, tenant } } => {
             let stores = worker.existing_stores(&data)?;
-            known_tenant(&stores, &tenant.tenant)?;
+            known_topics_tenant(&stores, &tenant.tenant)?;
             for (topic, count) in stores.local().topics(&tenant.tenant)? {
                 out!("{topic}\t{count}")?;
             }
@@ -695,6 +695,15 @@ fn known_tenant(stores: &Stores, tenant: &str) -> anyhow::Result<()> {
     anyhow::bail!("no connector of tenant '{tenant}' ever ran in this data directory (tenants: {})", names(&tenants))
 }
 
+/// [`known_tenant`], or a tenant whose connectors are all deleted but whose records stay
+/// in the local log (a delete keeps them).
+fn known_topics_tenant(stores: &Stores, tenant: &str) -> anyhow::Result<()> {
+    if !stores.local().topics(tenant)?.is_empty() {
+        return Ok(());
+    }
+    known_tenant(stores, tenant)
+}
+
 /// The connector ran here, in that tenant; otherwise one line saying which did.
 fn known_connector(stores: &Stores, tenant: &str, connector: &str) -> anyhow::Result<()> {
     known_tenant(stores, tenant)?;
@@ -752,7 +761,7 @@ fn delete_offset(
 
 fn read_topic(stores: &Stores, tenant: &str, topic: &str, json: bool, from: u64) -> anyhow::Result<ExitCode> {
     use std::io::Write;
-    known_tenant(stores, tenant)?;
+    known_topics_tenant(stores, tenant)?;
     let log = stores.local();
     let topics: Vec<String> = log.topics(tenant)?.into_iter().map(|(topic, _)| topic).collect();
     if !topics.iter().any(|t| t == topic) {

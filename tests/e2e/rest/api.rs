@@ -631,3 +631,28 @@ fn log_levels_are_read_and_changed_while_the_worker_runs() {
     assert!(!reported.is_empty());
     assert!(reported.iter().all(|&n| n <= at), "debug lines after the level went to ERROR: {reported:?} (at {at})");
 }
+
+#[test]
+fn records_of_deleted_connectors_stay_readable_with_sluice_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, plugins) = (dir.path().join("data"), plugin_folder(dir.path(), &["counter"]));
+    let mut server = Server::start(&data, &plugins, None);
+    let body = counter("gone", json!({"topic": "kept", "tasks.max": "1", "record.count": "5"}));
+    assert_eq!(server.call("POST", "/connectors", None, Some(&body)).status, 201);
+    wait_until("its five records", || (crate::stored_count(&data) == 5).then_some(()));
+    assert_eq!(server.call("DELETE", "/connectors/gone", None, None).status, 204);
+    assert!(server.terminate().success());
+    // "Its offsets and local records stay": the only connector of the tenant is gone, and
+    // its records are still listed and read.
+    let data = data.to_str().unwrap();
+    let listed = crate::run(&["topics", "list", "--data-dir", data]);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "kept\t5\n");
+    let read = crate::run(&["topics", "read", "kept", "--data-dir", data]);
+    assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
+    assert_eq!(String::from_utf8_lossy(&read.stdout).lines().count(), 5);
+    // A tenant with neither connectors nor records is still named as unknown.
+    let unknown = crate::run(&["topics", "list", "--data-dir", data, "--tenant", "nobody"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no connector of tenant 'nobody'"));
+}
