@@ -42,7 +42,8 @@ pub async fn list(
         .filter(|(ns, _, _)| caller.sees(ns))
         .map(|(ns, config, _)| (ns, config))
         .collect();
-    if !status && !info {
+    // As Connect: any `expand` gives the map, an expansion it does not know adds nothing.
+    if !pairs.iter().any(|(k, _)| k == "expand") {
         let names: Vec<String> = connectors.iter().map(|(ns, _)| caller.name_of(ns)).collect();
         return Ok(Json(names).into_response());
     }

@@ -78,6 +78,8 @@ fn the_connector_lifecycle_answers_as_kafka_connect_does() {
     assert_eq!(both["a"]["info"]["config"]["topic"], "a");
     assert_eq!(both["a"]["status"]["connector"]["state"], "RUNNING");
     assert!(server.get("/connectors?expand=info").json()["a"].get("status").is_none());
+    // As Connect: an expansion it does not know still gives the map, with nothing added.
+    assert_eq!(server.get("/connectors?expand=bogus").json(), json!({"a": {}}));
 
     let info = server.get("/connectors/a").json();
     assert_eq!(info["tasks"], json!([{"connector": "a", "task": 0}, {"connector": "a", "task": 1}]));
