@@ -776,6 +776,25 @@ async fn with_errors_tolerance_all_a_line_too_large_is_skipped_and_its_file_read
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_skipped_near_the_start_of_a_log_does_not_make_it_read_again_when_reopened() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    // The skipped line starts within the file's first 256 bytes (the offset's head), but
+    // not at its start.
+    let log = dirs.inbox.path().join("app.log");
+    std::fs::write(&log, format!("hdr\n{}\nafter\n", "x".repeat(2 << 20))).unwrap();
+    let config = dirs.config(&[("errors.tolerance", "all"), ("file.completion", "tail")]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("the line after the long one", || (host.values("lines").len() == 2).then_some(())).await;
+    // Stopped and started again: the task reopens the log where it was.
+    assert!(host.herder.stop("pulse").await);
+    host.start(pulse("pulse", &config)).await;
+    std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(b"more\n").unwrap();
+    wait_until("the appended line", || host.values("lines").iter().any(|v| v == "more").then_some(())).await;
+    assert_eq!(host.values("lines"), ["hdr", "after", "more"], "nothing read twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_rotated_faster_than_tasks_start_are_read_to_their_end_when_the_filter_leaves_out_their_new_names() {
     let host = TestHost::new(&["file-pulse"]).await;
     let dirs = Dirs::new();
@@ -845,4 +864,25 @@ async fn a_last_line_without_newline_is_sent_when_its_idle_log_is_rotated_or_cle
     host.start(pulse("pulse", &dirs.config(&config))).await;
     wait_until("the log deleted", || (!log.exists()).then_some(())).await;
     assert_eq!(host.values("lines"), ["x", "y"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_cleaned_up_one_by_one_are_each_read_though_the_next_reuses_the_inode_size_and_time() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    host.start(pulse("pulse", &dirs.config(&[("fs.cleanup.policy", "delete")]))).await;
+    // As `tar -x` of files of one size whose times it keeps: each new file is likely to get
+    // the inode of the one deleted just before it, with the same size and time.
+    let time = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    for i in 0..15 {
+        let path = dirs.inbox.path().join(format!("data-{i:02}.csv"));
+        let staged = dirs.done.path().join("staged");
+        std::fs::write(&staged, format!("record-{i:03}\n")).unwrap();
+        std::fs::File::options().write(true).open(&staged).unwrap().set_modified(time).unwrap();
+        std::fs::rename(&staged, &path).unwrap();
+        wait_until("the file read and deleted", || (!path.exists()).then_some(())).await;
+    }
+    let expected: Vec<String> = (0..15).map(|i| format!("record-{i:03}")).collect();
+    wait_until("every file's record", || (host.values("lines").len() >= 15).then_some(())).await;
+    assert_eq!(host.values("lines"), expected);
 }

@@ -423,30 +423,29 @@ impl ConnectorState {
                 continue;
             }
             let (cleanup, tailing) = (self.settings().cleanup, self.settings().completion == Completion::Tail);
-            let (recheck, clean_up) = match self.known.get_mut(&id) {
-                None => (true, false),
+            let recheck = match self.known.get_mut(&id) {
+                None => true,
                 Some(known) => {
                     known.pass = pass;
                     let renamed = known.path != relative;
                     known.path.clone_from(&relative);
                     match known.state {
-                        KnownState::Pending | KnownState::Assigned => (false, false),
+                        KnownState::Pending | KnownState::Assigned => false,
                         // A log finished idle, then rotated: it may still hold back an
                         // unfinished last line, which no newline will complete now.
-                        KnownState::Finished { seen: then } if then == seen && renamed && tailing => (true, false),
-                        // Finished, but still here: its cleanup did not happen yet.
-                        KnownState::Finished { seen: then } if then == seen => (false, cleanup != Cleanup::None),
-                        KnownState::Finished { .. } => (true, false),
+                        KnownState::Finished { seen: then } if then == seen && renamed && tailing => true,
+                        // Finished, but still here: its cleanup did not happen yet, or a new
+                        // file took its inode with the same size and time (`tar -x` keeps
+                        // times). Decided again from its offset, whose head tells the two
+                        // apart, before anything is deleted or moved.
+                        KnownState::Finished { seen: then } if then == seen => cleanup != Cleanup::None,
+                        KnownState::Finished { .. } => true,
                         KnownState::Failed { seen: then, parked } => {
-                            (then != seen || (cleanup == Cleanup::Move && !parked), false)
+                            then != seen || (cleanup == Cleanup::Move && !parked)
                         }
                     }
                 }
             };
-            if clean_up {
-                let offset = FileOffset { path: relative.clone(), ..FileOffset::default() };
-                self.clean_up(&id, &relative, &offset);
-            }
             if recheck {
                 batched.insert(id.clone(), relative.clone());
                 batch.push((id, relative, seen));
@@ -1134,10 +1133,19 @@ impl TaskFile {
     /// the next record, or by an offset-only one when the file ends or waits).
     fn skipped_long_line(&mut self) {
         let Some(open) = &self.open else { return };
+        let before = self.offset.position;
         self.offset.position = open.reader.position;
         self.offset.line += 1;
         if !self.key.path.ends_with(".gz") {
             self.offset.size = self.offset.size.max(self.offset.position);
+            // As for a line read: a skipped line that began in the head is part of it, or
+            // every reopen would find the head changed and read the file again from its
+            // start (endlessly, for a task that reopens its files in turn).
+            if before < HEAD_BYTES as u64 {
+                let head = open.head.borrow();
+                let covered = head.len().min(self.offset.position as usize).min(HEAD_BYTES);
+                self.offset.head = Some(head_hash(&head[..covered]));
+            }
         }
         self.announce = true;
     }

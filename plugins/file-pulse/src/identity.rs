@@ -63,7 +63,7 @@ pub fn decide(
     listed: &str,
     completion: Completion,
     cleanup: Cleanup,
-    head_unchanged: impl FnOnce(&FileOffset) -> bool,
+    head_unchanged: impl Fn(&FileOffset) -> bool,
 ) -> Decision {
     let Some(offset) = offset else { return Decision::Start { version: 0, reason: None } };
     let compressed = listed.ends_with(".gz");
@@ -98,6 +98,18 @@ pub fn decide(
         // (rotated): read on, so that line is sent once its rotation is over.
         End::Idle if unchanged && offset.position < offset.size && offset.path != listed && !compressed => {
             read_on("rotated with its last line unfinished")
+        }
+        // Cleaned up once finished, yet its identity is listed again with the same size and
+        // modification time: a new file on the reused inode (extracted from an archive, say,
+        // with its time kept), unless its first bytes are the ones read. Only checked where
+        // cleanup removes finished files, so a folder that keeps them pays no read.
+        _ if unchanged
+            && cleanup != Cleanup::None
+            && !compressed
+            && offset.head.is_some()
+            && !head_unchanged(offset) =>
+        {
+            next_version("a new file took the identity (inode, size and time) of a finished one")
         }
         _ if unchanged => Decision::Finished,
         _ if completion == Completion::Eof => next_version("it changed after it was finished"),
@@ -142,6 +154,22 @@ mod tests {
         assert!(matches!(eof(Some(&finished), seen(15, 2), Cleanup::None), Decision::Start { version: 1, .. }));
         let second = FileOffset { version: 1, ..finished };
         assert!(matches!(eof(Some(&second), seen(4, 3), Cleanup::None), Decision::Start { version: 2, .. }));
+    }
+
+    #[test]
+    fn under_cleanup_a_new_file_on_a_reused_inode_with_the_same_size_and_time_is_read() {
+        let finished = FileOffset { head: Some("h1".into()), ..done(End::Eof, 10, 10, 1) };
+        let decide_with = |cleanup, head_same: bool| {
+            decide(Some(&finished), seen(10, 1), "a.log", Completion::Eof, cleanup, |_| head_same)
+        };
+        assert!(matches!(decide_with(Cleanup::Delete, false), Decision::Start { version: 1, .. }));
+        assert!(matches!(decide_with(Cleanup::Move, false), Decision::Start { version: 1, .. }));
+        assert_eq!(decide_with(Cleanup::Delete, true), Decision::Finished, "the same file, not cleaned up yet");
+        // Without cleanup, finished files stay: their heads are not read on every listing.
+        assert_eq!(
+            decide(Some(&finished), seen(10, 1), "a.log", Completion::Eof, Cleanup::None, |_| panic!("read")),
+            Decision::Finished
+        );
     }
 
     #[test]
