@@ -516,6 +516,17 @@ impl ConnectorSettings {
             log_lines_per_second,
             memory_recycle_percent,
         };
+        // One record larger than a whole batch could never be polled: the task would fail
+        // on it instead of the file or source that holds it.
+        if sandbox.record_max_bytes > sandbox.batch_max_bytes {
+            return Err((
+                SANDBOX_RECORD_MAX_BYTES,
+                format!(
+                    "{} is larger than sandbox.batch.max.bytes ({}), the most one poll may return: raise that too",
+                    sandbox.record_max_bytes, sandbox.batch_max_bytes
+                ),
+            ));
+        }
         let tolerate_all = match text(ERRORS_TOLERANCE) {
             "none" => false,
             "all" => true,
@@ -658,6 +669,19 @@ mod tests {
                 assert!(parsed.is_ok(), "{}: {parsed:?}", key.name);
             }
         }
+    }
+
+    #[test]
+    fn a_record_larger_than_a_batch_is_refused_naming_both_keys() {
+        let get = |key: &str| (key == SANDBOX_RECORD_MAX_BYTES).then_some("33554432");
+        let (key, reason) = ConnectorSettings::parse(&get).unwrap_err();
+        assert_eq!(key, SANDBOX_RECORD_MAX_BYTES);
+        assert!(reason.contains("sandbox.batch.max.bytes (16777216)"), "{reason}");
+        let both = |key: &str| match key {
+            SANDBOX_RECORD_MAX_BYTES | SANDBOX_BATCH_MAX_BYTES => Some("33554432"),
+            _ => None,
+        };
+        assert!(ConnectorSettings::parse(&both).is_ok());
     }
 
     #[test]
