@@ -52,6 +52,12 @@ fn sluice_run(plugin_path: impl AsRef<std::ffi::OsStr>, data: &Path, file: &Path
     command
 }
 
+/// `sluice run` of `files` with the worker config `toml`, its stderr dropped.
+fn sluice_run_with(toml: &Path, data: &Path, files: &[PathBuf]) -> std::process::Child {
+    let mut command = sluice_run(plugins(data, &["counter"]), data, &files[0]);
+    command.args(&files[1..]).arg("--config").arg(toml).stderr(Stdio::null()).spawn().unwrap()
+}
+
 fn error_line(stderr: &str) -> String {
     let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(lines.len(), 1, "one error line expected: {stderr}");
@@ -330,18 +336,7 @@ fn a_worker_out_of_sandboxes_names_the_setting_and_the_rest_keep_running() {
     std::fs::write(&toml, "[sandbox]\nmax_instances = 3\n").unwrap();
     let too_many = connector_file(dir.path(), "big.json", &counter("big", r#", "tasks.max": "3""#));
     let data = dir.path().join("data");
-    let mut child = sluice()
-        .arg("run")
-        .arg("--config")
-        .arg(&toml)
-        .arg("--plugin-path")
-        .arg(plugins(&data, &["counter"]))
-        .arg("--data-dir")
-        .arg(&data)
-        .arg(&too_many)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = sluice_run_with(&toml, &data, &[too_many]);
     let failed = wait_until("the connector failed", || {
         let statuses = crate::stores(&data).ok()?.statuses().statuses(DEFAULT_TENANT).ok()?;
         let status = statuses.into_iter().find(|s| s.name == "big")?;
@@ -365,18 +360,7 @@ fn a_worker_out_of_sandboxes_names_the_setting_and_the_rest_keep_running() {
             connector_file(dir.path(), &format!("{name}.json"), &config)
         })
         .collect();
-    let mut child = sluice()
-        .arg("run")
-        .arg("--config")
-        .arg(&toml)
-        .arg("--plugin-path")
-        .arg(plugins(&data, &["counter"]))
-        .arg("--data-dir")
-        .arg(&data)
-        .args(&both)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = sluice_run_with(&toml, &data, &both);
     use sluice::storage::State;
     // Each sandbox's state and trace: a connector's, then its tasks'.
     let settled = wait_until("three sandboxes running and the rest failed", || {

@@ -94,10 +94,12 @@ struct View {
     metrics: Option<Arc<ConnectorMetrics>>,
 }
 
-/// The herder's lock for one change; publishes the connectors as they are when let go.
+/// The herder's lock for one change; publishes the connectors as they are when let go,
+/// if they were changed (taken mutably).
 struct Changing<'a> {
     connectors: tokio::sync::MutexGuard<'a, BTreeMap<Namespace, Entry>>,
     view: &'a std::sync::RwLock<Arc<BTreeMap<Namespace, View>>>,
+    changed: bool,
 }
 
 impl std::ops::Deref for Changing<'_> {
@@ -109,12 +111,16 @@ impl std::ops::Deref for Changing<'_> {
 
 impl std::ops::DerefMut for Changing<'_> {
     fn deref_mut(&mut self) -> &mut Self::Target {
+        self.changed = true;
         &mut self.connectors
     }
 }
 
 impl Drop for Changing<'_> {
     fn drop(&mut self) {
+        if !self.changed {
+            return;
+        }
         let view = self
             .connectors
             .iter()
@@ -174,14 +180,14 @@ impl Herder {
         Herder { services: Arc::new(services), connectors: Mutex::new(BTreeMap::new()), view: Default::default() }
     }
 
-    /// Returns once the herder could take a request: no change to a connector holds it.
+    /// Returns once the herder could answer a read (reads never wait behind a change).
     pub async fn responsive(&self) {
         drop(self.view());
     }
 
     /// The herder's lock for a change (see [`Herder::view`]).
     async fn change(&self) -> Changing<'_> {
-        Changing { connectors: self.connectors.lock().await, view: &self.view }
+        Changing { connectors: self.connectors.lock().await, view: &self.view, changed: false }
     }
 
     /// Every connector as the last finished change left it.

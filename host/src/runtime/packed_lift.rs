@@ -224,10 +224,7 @@ impl Bytes04 for BatchRecord {
 
     fn read(bytes: &[u8], index: usize) -> Result<BatchRecord> {
         let array = bytes.try_into().map_err(|_| format_err!("a 0.4.0 record is {RECORD_04} bytes"))?;
-        let flags = word_04(array, 0);
-        if flags & !KNOWN_FLAGS != 0 {
-            return Err(unknown_flags(index, flags));
-        }
+        check_flags_04(index, array)?;
         Ok(read_record_04(array))
     }
 
@@ -235,19 +232,20 @@ impl Bytes04 for BatchRecord {
     /// allocation; see the 0.3.0 `read_all`).
     fn read_all(bytes: &[u8]) -> Result<Vec<BatchRecord>> {
         let (records, _) = bytes.as_chunks::<RECORD_04>();
-        if let Some((index, flags)) =
-            records.iter().map(|record| word_04(record, 0)).enumerate().find(|(_, flags)| flags & !KNOWN_FLAGS != 0)
-        {
-            return Err(unknown_flags(index, flags));
-        }
+        records.iter().enumerate().try_for_each(|(index, record)| check_flags_04(index, record))?;
         Ok(records.iter().map(read_record_04).collect())
     }
 }
 
-fn unknown_flags(index: usize, flags: u32) -> wasmtime::Error {
-    format_err!(
-        "record {index} of the batch has unknown flags {flags:#x} (sluice:connector@0.4.0 knows 0x1 topic, 0x2 key, 0x4 value, 0x8 timestamp)"
-    )
+/// Record `index`'s flags are ones [`read_record_04`] knows.
+fn check_flags_04(index: usize, record: &[u8; RECORD_04]) -> Result<()> {
+    let flags = word_04(record, 0);
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(format_err!(
+            "record {index} of the batch has unknown flags {flags:#x} (sluice:connector@0.4.0 knows 0x1 topic, 0x2 key, 0x4 value, 0x8 timestamp)"
+        ));
+    }
+    Ok(())
 }
 
 const RECORD_04: usize = 52;
@@ -345,10 +343,9 @@ impl Fixed for BatchRecord {
     const ALIGN: usize = RECORD.align;
 
     fn read(bytes: &[u8]) -> Result<BatchRecord> {
-        <Self as Fixed>::read_all(
-            bytes.get(..RECORD.size).ok_or_else(|| format_err!("a batch record is {} bytes", RECORD.size))?,
-        )
-        .map(|mut one| one.remove(0))
+        let record = bytes.try_into().map_err(|_| format_err!("a batch record is {} bytes", RECORD.size))?;
+        check_discriminants(record)?;
+        Ok(read_record(record))
     }
 
     /// As fixed-size arrays: each field's read then needs no bounds check (in a profile
@@ -359,11 +356,16 @@ impl Fixed for BatchRecord {
     /// an infallible map of known length allocates it once.
     fn read_all(bytes: &[u8]) -> Result<Vec<BatchRecord>> {
         let (records, _) = bytes.as_chunks::<{ RECORD.size }>();
-        let discriminants = [RECORD.topic, RECORD.key, RECORD.value, RECORD.timestamp];
-        if records.iter().any(|record| discriminants.iter().any(|&at| record[at] > 1)) {
-            return Err(format_err!("invalid option discriminant"));
-        }
+        records.iter().try_for_each(check_discriminants)?;
         Ok(records.iter().map(read_record).collect())
+    }
+}
+
+/// Every option's discriminant is 0 or 1, as [`read_record`] takes them to be.
+fn check_discriminants(record: &[u8; RECORD.size]) -> Result<()> {
+    match [RECORD.topic, RECORD.key, RECORD.value, RECORD.timestamp].iter().all(|&at| record[at] <= 1) {
+        true => Ok(()),
+        false => Err(format_err!("invalid option discriminant")),
     }
 }
 
