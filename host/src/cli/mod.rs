@@ -420,16 +420,17 @@ async fn run(
         configs.iter().filter_map(|c| c.plugin().ok().map(String::from)).collect();
     let herder = Arc::new(Herder::open_for_plugins(worker, data_dir, plugin_path, Some(&used)).await?);
     // Every config, quotas included, is checked before any connector starts.
-    if let Err(e) = herder.validate_all(&configs).await {
-        return Ok(config_error(&e));
-    }
+    let admitted = match herder.validate_all(&configs).await {
+        Ok(admitted) => admitted,
+        Err(e) => return Ok(config_error(&e)),
+    };
     // Bound before anything starts, so a taken port stops nothing half way.
     let server = match listen {
         Some(addr) => Some(serve::ApiServer::start(herder.clone(), &data, addr).await?),
         None => None,
     };
-    for config in configs {
-        if let Err(e) = herder.start(config).await {
+    for (config, admitted) in configs.into_iter().zip(admitted) {
+        if let Err(e) = herder.start_admitted(config, admitted).await {
             if let Some(server) = server {
                 server.stop().await;
             }

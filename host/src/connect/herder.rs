@@ -314,6 +314,18 @@ impl Herder {
         })
     }
 
+    /// Starts a connector [`Herder::validate_all`] admitted, without asking its plugin
+    /// again: `sluice run` checks every file before any starts, and a plugin's
+    /// `validate` needs a sandbox the connectors started before it may by then hold.
+    pub async fn start_admitted(&self, config: ConnectorConfig, admitted: Admitted) -> Result<(), ConfigError> {
+        let source = config.source.clone();
+        let ns = self.namespace_of(&config);
+        self.create_admitted(&ns, config, admitted, TargetState::Started).await.map(|_| ()).map_err(|e| match e {
+            HerderError::Invalid(e) => e,
+            other => ConfigError { source, key: Some(NAME.into()), reason: other.to_string() },
+        })
+    }
+
     /// Creates a connector: 409-style `Exists` if the name is taken in its tenant.
     pub async fn create(&self, config: ConnectorConfig) -> Result<Namespace, HerderError> {
         self.create_in(config, TargetState::Started).await
