@@ -217,7 +217,12 @@ mod native {
         let flush = |batch: &mut Vec<Record>| -> anyhow::Result<()> {
             if let Some(last) = batch.last() {
                 let offsets = [(partition.to_string(), last.offset.to_string())];
-                stores.local().append_with_offsets(&ns, &RecordBatch::from_records(batch.iter()), &offsets)?;
+                stores.local().append_with_offsets(
+                    &ns,
+                    &RecordBatch::from_records(batch.iter()),
+                    &offsets,
+                    &Default::default(),
+                )?;
             }
             batch.clear();
             Ok(())

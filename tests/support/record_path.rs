@@ -43,7 +43,7 @@ pub fn check_batch_of(stores: &Stores, ns: &Namespace, batch: PollBatch, errors:
     // Local: what is appended reads back equal, in order, after what each topic held.
     let log = stores.local();
     let before: std::collections::BTreeMap<String, u64> = log.topics(&ns.tenant).unwrap().into_iter().collect();
-    log.append_with_offsets(ns, &checked.records, &offsets).unwrap();
+    log.append_with_offsets(ns, &checked.records, &offsets, &Default::default()).unwrap();
     let mut read_back: Vec<Record> = Vec::new();
     let mut topics: Vec<&str> = delivered.iter().map(|r| &*r.topic).collect();
     topics.sort();

@@ -18,7 +18,7 @@ use super::metrics::TaskCounters;
 use super::records::{Checked, Source, check_batch};
 use super::services::{Services, StopSignal, stopped, unless_stopped, wake_after};
 use crate::config::{ConnectorSettings, RestartPolicy, SandboxSettings};
-use crate::destinations::{Destination, RetriableDelivery};
+use crate::destinations::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery};
 use crate::runtime::bindings::{ConnectorError, PollBatch};
 use crate::runtime::plugin_log::escape_controls;
 use crate::runtime::sandbox::{CallError, describe_connector_error, human_bytes};
@@ -160,7 +160,10 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     // on the task's lane, so a partition's offsets still commit in order; all settled
     // before anything else happens (commit, pause, flush, recycle, stop).
     let lane = Lane::new();
-    let _close_lane = CloseOnDrop(lane.clone());
+    // What a batch still being written when this instance gives up on it must get past to
+    // commit (see [`CommitGate`]).
+    let gate = Arc::new(CommitGate::default());
+    let _close_lane = CloseOnDrop(lane.clone(), gate.clone());
     let mut in_flight = InFlight::default();
     while stop.borrow().is_none() {
         if *paused.borrow_and_update() {
@@ -284,7 +287,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 };
                 services.rates.throttle(&spec.namespace.tenant, counted as u64).await;
                 let writes = placement.writes.clone();
-                in_flight.push(deliver(spec, destination.clone(), id, stop.clone(), outgoing, &lane, writes));
+                in_flight.push(deliver(spec, destination.clone(), id, stop.clone(), outgoing, (&lane, &gate), writes));
                 // At most this many batches wait for the destination: past it, the task
                 // waits for the oldest before it polls again.
                 while in_flight.len() >= MAX_BATCHES_IN_FLIGHT {
@@ -570,12 +573,14 @@ impl<'a> InFlight<'a> {
 }
 
 /// Closes a task instance's lane however the instance ends, so that nothing it queued
-/// is written after it.
-struct CloseOnDrop(Arc<Lane<Attempt>>);
+/// is written after it, and shuts its commit gate (a commit already under way goes
+/// through; one given up on at the stop deadline was waited for there).
+struct CloseOnDrop(Arc<Lane<Attempt>>, Arc<CommitGate>);
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
         self.0.close();
+        self.1.shut_unless_committing();
     }
 }
 
@@ -606,6 +611,7 @@ fn delivery_work(
     spec: &TaskSpec,
     destination: Arc<dyn Destination>,
     outgoing: Outgoing,
+    gate: Arc<CommitGate>,
     writes: Arc<AtomicU64>,
 ) -> impl FnOnce() -> (Attempt, bool) + Send + 'static {
     let (namespace, settings, statuses, task) =
@@ -626,7 +632,7 @@ fn delivery_work(
             },
         };
         let write_started = Instant::now();
-        let result = destination.deliver(&namespace, &records, &offsets);
+        let result = destination.deliver(&namespace, &records, &offsets, &gate);
         CheckPlacement::wrote(&writes, write_started.elapsed());
         match result {
             // The records are dropped here rather than on the task's thread (a reference
@@ -651,11 +657,11 @@ fn deliver<'a>(
     id: u64,
     stop: StopSignal,
     outgoing: Outgoing,
-    lane: &'a Arc<Lane<Attempt>>,
+    (lane, gate): (&'a Arc<Lane<Attempt>>, &'a Arc<CommitGate>),
     writes: Arc<AtomicU64>,
 ) -> PendingDelivery<'a> {
-    let handed_over = lane.submit(delivery_work(spec, destination.clone(), outgoing, writes.clone()));
-    Box::pin(settle_delivery(spec, destination, id, stop, handed_over, lane, writes))
+    let handed_over = lane.submit(delivery_work(spec, destination.clone(), outgoing, gate.clone(), writes.clone()));
+    Box::pin(settle_delivery(spec, destination, id, stop, handed_over, (lane, gate), writes))
 }
 
 /// Settles one batch handed to the lane (`handed_over`): retried while the destination
@@ -667,7 +673,7 @@ async fn settle_delivery(
     id: u64,
     mut stop: StopSignal,
     mut handed_over: tokio::sync::oneshot::Receiver<Attempt>,
-    lane: &Arc<Lane<Attempt>>,
+    (lane, gate): (&Arc<Lane<Attempt>>, &Arc<CommitGate>),
     writes: Arc<AtomicU64>,
 ) -> Delivery {
     let (board, connector) = (&spec.services.board, &spec.namespace.connector);
@@ -684,13 +690,21 @@ async fn settle_delivery(
                 attempt = &mut handed_over => break attempt,
                 deadline = stopped(&mut stop) => {
                     // Stopping: the delivery may finish until the stop deadline;
-                    // after it, it is abandoned (its offsets are not committed, so
-                    // the batch is sent again after a restart).
+                    // after it, it is abandoned: a write still running is refused its
+                    // commit (one committing is waited for), so its offsets are not
+                    // committed and the batch is sent again after a restart, once.
                     match tokio::time::timeout_at(deadline.into(), &mut handed_over).await {
                         Ok(attempt) => break attempt,
                         Err(_) => {
-                            tracing::warn!(connector = %connector, task = spec.task, "the destination did not take the last batch by the stop deadline; it is sent again after a restart");
                             lane.close();
+                            gate.shut().await;
+                            // It may have committed just before the gate shut.
+                            match handed_over.try_recv() {
+                                Ok(Attempt::Failed(e)) if e.chain().any(|e| e.is::<DeliveryAbandoned>()) => {}
+                                Ok(attempt) => break Ok(attempt),
+                                Err(_) => {}
+                            }
+                            tracing::warn!(connector = %connector, task = spec.task, "the destination did not take the last batch by the stop deadline; it is sent again after a restart");
                             return Delivery::Abandoned;
                         }
                     }
@@ -718,7 +732,7 @@ async fn settle_delivery(
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {
                         let outgoing = Outgoing::Checked { records, offsets };
-                        handed_over = lane.retry_first(delivery_work(spec, destination.clone(), outgoing, writes.clone()));
+                        handed_over = lane.retry_first(delivery_work(spec, destination.clone(), outgoing, gate.clone(), writes.clone()));
                     }
                     // Nothing of the batch is committed: it is polled again on restart.
                     _ = stopped(&mut stop) => {

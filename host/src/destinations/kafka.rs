@@ -26,7 +26,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
-use super::{Destination, RetriableDelivery};
+use super::{CommitGate, Destination, RetriableDelivery};
 use crate::config::TransactionBoundary;
 use crate::config::{DEFAULT_TENANT, KafkaConfig, KafkaSettings};
 use crate::storage::kafka::{
@@ -252,8 +252,14 @@ impl Destination for KafkaDestination {
         Ok(())
     }
 
-    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()> {
-        self.at_least_once()?.deliver(ns, records, offsets)
+    fn deliver(
+        &self,
+        ns: &Namespace,
+        records: &RecordBatch,
+        offsets: &[(String, String)],
+        gate: &CommitGate,
+    ) -> anyhow::Result<()> {
+        self.at_least_once()?.deliver(ns, records, offsets, gate)
     }
 }
 
@@ -304,11 +310,17 @@ impl AtLeastOnceTask {
 }
 
 impl Destination for AtLeastOnceTask {
-    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()> {
+    fn deliver(
+        &self,
+        ns: &Namespace,
+        records: &RecordBatch,
+        offsets: &[(String, String)],
+        gate: &CommitGate,
+    ) -> anyhow::Result<()> {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
         self.send_until_taken(records, &topics)?;
-        self.offsets.commit_offsets(ns, offsets).map_err(|e| RetriableDelivery::wrap(format!("{e:#}")))
+        gate.commit(|| self.offsets.commit_offsets(ns, offsets))?.map_err(|e| RetriableDelivery::wrap(format!("{e:#}")))
     }
 }
 
@@ -463,7 +475,16 @@ fn classify(id: &str, error: KafkaError) -> anyhow::Error {
 }
 
 impl Destination for TransactionalTask {
-    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()> {
+    /// `gate` is not needed: the task's next instance's producer fences this one (its
+    /// `init_transactions` aborts whatever this one left open), so a batch given up on
+    /// cannot commit after it.
+    fn deliver(
+        &self,
+        ns: &Namespace,
+        records: &RecordBatch,
+        offsets: &[(String, String)],
+        _gate: &CommitGate,
+    ) -> anyhow::Result<()> {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
         let mut state = self.state.lock().unwrap();

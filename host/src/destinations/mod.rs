@@ -15,12 +15,22 @@ pub mod kafka;
 
 use std::io::Write;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::config::{ConnectorConfig, ConnectorSettings, DestinationKind, WorkerConfig};
 use crate::storage::{Namespace, OffsetStore, RecordBatch, RecordLog, Stores};
 
 pub trait Destination: Send + Sync {
-    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()>;
+    /// Writes `records` and commits `offsets`, the commit through `gate`: a task instance
+    /// that gave up on the batch (its stop deadline passed) must not have it committed
+    /// after its next instance has read the offsets, or the batch is sent twice.
+    fn deliver(
+        &self,
+        ns: &Namespace,
+        records: &RecordBatch,
+        offsets: &[(String, String)],
+        gate: &CommitGate,
+    ) -> anyhow::Result<()>;
 
     /// A destination of its own for one task instance (a transactional producer whose
     /// start fences the task's previous instance), or `None` to share this one.
@@ -56,8 +66,14 @@ pub struct Local {
 }
 
 impl Destination for Local {
-    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()> {
-        self.log.append_with_offsets(ns, records, offsets)
+    fn deliver(
+        &self,
+        ns: &Namespace,
+        records: &RecordBatch,
+        offsets: &[(String, String)],
+        gate: &CommitGate,
+    ) -> anyhow::Result<()> {
+        self.log.append_with_offsets(ns, records, offsets, gate)
     }
 }
 
@@ -70,7 +86,13 @@ impl Destination for Stdout {
         true
     }
 
-    fn deliver(&self, ns: &Namespace, records: &RecordBatch, offsets: &[(String, String)]) -> anyhow::Result<()> {
+    fn deliver(
+        &self,
+        ns: &Namespace,
+        records: &RecordBatch,
+        offsets: &[(String, String)],
+        gate: &CommitGate,
+    ) -> anyhow::Result<()> {
         {
             let mut out = std::io::stdout().lock();
             let mut out = std::io::BufWriter::with_capacity(256 << 10, &mut out);
@@ -79,9 +101,60 @@ impl Destination for Stdout {
             }
             out.flush()?;
         }
-        self.offsets.commit_offsets(ns, offsets)
+        gate.commit(|| self.offsets.commit_offsets(ns, offsets))?
     }
 }
+
+/// Whether a delivery may still commit. A task instance that gives up on a batch at its
+/// stop deadline shuts its gate: the write still running then (a busy or slow disk) is
+/// refused its commit and rolls back, and one already committing is waited for, so the
+/// task's next instance reads offsets no late commit moves under it. Without this a batch
+/// given up on and then committed is polled again by the next instance: sent twice.
+#[derive(Debug, Default)]
+pub struct CommitGate(AtomicU8);
+
+const GATE_OPEN: u8 = 0;
+const GATE_COMMITTING: u8 = 1;
+const GATE_SHUT: u8 = 2;
+
+impl CommitGate {
+    /// Runs `commit` unless the gate is shut (then [`DeliveryAbandoned`]); a shut that
+    /// comes meanwhile waits for it to finish.
+    pub fn commit<R>(&self, commit: impl FnOnce() -> R) -> Result<R, DeliveryAbandoned> {
+        if self.0.compare_exchange(GATE_OPEN, GATE_COMMITTING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return Err(DeliveryAbandoned);
+        }
+        struct Reopen<'a>(&'a AtomicU8);
+        impl Drop for Reopen<'_> {
+            fn drop(&mut self) {
+                self.0.store(GATE_OPEN, Ordering::Release);
+            }
+        }
+        let _reopen = Reopen(&self.0);
+        Ok(commit())
+    }
+
+    /// Refuses every commit from now on, and returns once none is under way (a commit is
+    /// one transaction's end: short).
+    pub async fn shut(&self) {
+        while !self.shut_unless_committing() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Shuts the gate unless a commit is under way (then false: it goes through).
+    pub fn shut_unless_committing(&self) -> bool {
+        match self.0.compare_exchange(GATE_OPEN, GATE_SHUT, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(state) => state == GATE_SHUT,
+        }
+    }
+}
+
+/// A delivery's commit refused: its task instance had given up on the batch.
+#[derive(Debug, thiserror::Error)]
+#[error("the batch was given up on at the task's stop deadline: not committed, it is sent again after a restart")]
+pub struct DeliveryAbandoned;
 
 /// A delivery that failed for a reason that passes (the broker is away, a leader is
 /// moving): the task keeps its batch and tries again after a backoff, saying so in its
@@ -137,4 +210,50 @@ pub fn for_connector(
             )?)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_gate_commits_and_a_shut_one_refuses() {
+        let gate = CommitGate::default();
+        assert_eq!(gate.commit(|| 7).unwrap(), 7);
+        assert!(gate.shut_unless_committing());
+        let mut ran = false;
+        assert!(gate.commit(|| ran = true).is_err());
+        assert!(!ran, "a shut gate runs no commit");
+        assert!(gate.shut_unless_committing(), "shutting again is fine");
+    }
+
+    /// A commit under way when the task gives up goes through, and shutting waits for it:
+    /// the task's next instance must find it committed, not committing.
+    #[tokio::test]
+    async fn shutting_waits_for_a_commit_under_way() {
+        let gate = Arc::new(CommitGate::default());
+        let (entered, entered_rx) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let committing = std::thread::spawn({
+            let gate = gate.clone();
+            move || {
+                gate.commit(|| {
+                    entered.send(()).unwrap();
+                    release_rx.recv().unwrap();
+                })
+            }
+        });
+        entered_rx.recv().unwrap();
+        assert!(!gate.shut_unless_committing(), "a commit under way is not cut off");
+        let shut = tokio::spawn({
+            let gate = gate.clone();
+            async move { gate.shut().await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!shut.is_finished(), "shut returned while a commit was under way");
+        release.send(()).unwrap();
+        assert!(committing.join().unwrap().is_ok(), "the commit under way went through");
+        shut.await.unwrap();
+        assert!(gate.commit(|| ()).is_err(), "nothing commits after the shut");
+    }
 }

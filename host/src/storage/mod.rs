@@ -100,11 +100,14 @@ pub trait StatusStore: Send + Sync {
 /// with the offsets they advance, in one transaction, which is what makes it exactly-once,
 /// and the offsets plugins read are the same ones.
 pub trait RecordLog: OffsetStore {
+    /// The transaction commits through `gate`, or rolls back with
+    /// [`crate::destinations::DeliveryAbandoned`] when it is shut.
     fn append_with_offsets(
         &self,
         ns: &Namespace,
         records: &RecordBatch,
         offsets: &[(String, String)],
+        gate: &crate::destinations::CommitGate,
     ) -> anyhow::Result<()>;
     /// (topic, record count) of a tenant.
     fn topics(&self, tenant: &str) -> anyhow::Result<Vec<(String, u64)>>;

@@ -21,6 +21,8 @@ use bytes::Bytes;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use crate::destinations::{CommitGate, DeliveryAbandoned};
+
 use super::model::{ActiveTopic, ConnectorStatus, Record, StoredRecord, TargetState, Text};
 use super::{ConfigStore, Namespace, OffsetStore, RecordBatch, RecordLog, StatusStore, StoredConnector};
 
@@ -294,13 +296,15 @@ fn upsert_offsets(
     Ok(())
 }
 
-/// Appends records and commits the offsets they advance, in one transaction.
+/// Appends records and commits the offsets they advance, in one transaction, which
+/// `gate` may refuse to commit (then it rolls back).
 fn append(
     conn: &mut Connection,
     ns: &Namespace,
     records: &RecordBatch,
     offsets: &[(String, String)],
-) -> rusqlite::Result<()> {
+    gate: &CommitGate,
+) -> rusqlite::Result<Result<(), DeliveryAbandoned>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         let mut topic_of =
@@ -409,7 +413,11 @@ fn append(
         }
     }
     upsert_offsets(&tx, ns, offsets)?;
-    tx.commit()
+    // Refused: the transaction is dropped, so it rolls back.
+    match gate.commit(|| tx.commit()) {
+        Ok(committed) => committed.map(Ok),
+        Err(abandoned) => Ok(Err(abandoned)),
+    }
 }
 
 /// At most this many rows in a row store their source offset as a delta, so a read that
@@ -879,9 +887,10 @@ impl RecordLog for SqliteStore {
         ns: &Namespace,
         records: &RecordBatch,
         offsets: &[(String, String)],
+        gate: &CommitGate,
     ) -> anyhow::Result<()> {
         let mut conn = self.conn();
-        append(&mut conn, ns, records, offsets).map_err(|e| self.write_error(e))?;
+        append(&mut conn, ns, records, offsets, gate).map_err(|e| self.write_error(e))?.map_err(anyhow::Error::new)?;
         drop(conn);
         let bytes: u64 = records.iter().map(|r| r.value.map_or(0, <[u8]>::len) as u64 + 64).sum();
         self.checkpoints.appended(bytes, &self.path);
@@ -994,7 +1003,13 @@ mod tests {
         for n in 0..24 {
             let mut big = record("t", r#"{"p":1}"#, &format!(r#"{{"n":{n}}}"#));
             big.value = Some(vec![b'x'; 1 << 20].into());
-            db.append_with_offsets(&ns, &batch(&[big]), &[(r#"{"p":1}"#.into(), format!(r#"{{"n":{n}}}"#))]).unwrap();
+            db.append_with_offsets(
+                &ns,
+                &batch(&[big]),
+                &[(r#"{"p":1}"#.into(), format!(r#"{{"n":{n}}}"#))],
+                &CommitGate::default(),
+            )
+            .unwrap();
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while size(&path) < 16 << 20 {
@@ -1059,6 +1074,7 @@ mod tests {
             &Namespace::new("default", "a"),
             &batch(&[record("t", r#"{"p":1}"#, r#"{"n":2}"#)]),
             &[],
+            &CommitGate::default(),
         )
         .unwrap();
         assert_eq!(db.topics("default").unwrap(), [("t".to_string(), 3)]);
@@ -1149,8 +1165,9 @@ mod tests {
             records.push(file_record(topic, partition, n));
         }
         let ns = Namespace::new("default", "a");
-        db.append_with_offsets(&ns, &batch(&records), &[]).unwrap();
-        db.append_with_offsets(&ns, &batch(&[file_record("t", r#"{"p":1}"#, 600)]), &[]).unwrap();
+        db.append_with_offsets(&ns, &batch(&records), &[], &CommitGate::default()).unwrap();
+        db.append_with_offsets(&ns, &batch(&[file_record("t", r#"{"p":1}"#, 600)]), &[], &CommitGate::default())
+            .unwrap();
         records.push(file_record("t", r#"{"p":1}"#, 600));
         let count = |condition: &str| -> i64 {
             let sql = format!("SELECT count(*) FROM log WHERE {condition}");
@@ -1178,6 +1195,45 @@ mod tests {
         }
     }
 
+    /// A batch its task gave up on (the gate shut) rolls back: no record and no offset of
+    /// it stays, and the connection goes on writing.
+    #[test]
+    fn a_shut_gate_rolls_the_batch_and_its_offsets_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteStore::open(&dir.path().join("sluice.db")).unwrap();
+        let ns = Namespace::new("default", "a");
+        let first = [record("t", r#"{"p":1}"#, r#"{"n":1}"#)];
+        db.append_with_offsets(
+            &ns,
+            &batch(&first),
+            &[(r#"{"p":1}"#.into(), r#"{"n":1}"#.into())],
+            &CommitGate::default(),
+        )
+        .unwrap();
+        let shut = CommitGate::default();
+        assert!(shut.shut_unless_committing());
+        let given_up = [record("t", r#"{"p":1}"#, r#"{"n":2}"#)];
+        let error = db
+            .append_with_offsets(&ns, &batch(&given_up), &[(r#"{"p":1}"#.into(), r#"{"n":2}"#.into())], &shut)
+            .unwrap_err();
+        assert!(error.is::<DeliveryAbandoned>(), "{error:#}");
+        assert_eq!(db.read("default", "t", 0, 10).unwrap().len(), 1, "the given-up batch was stored");
+        assert_eq!(db.offsets(&ns, &[r#"{"p":1}"#.into()]).unwrap(), [Some(r#"{"n":1}"#.to_string())]);
+        assert_eq!(db.topics("default").unwrap(), [("t".to_string(), 1)]);
+        db.append_with_offsets(
+            &ns,
+            &batch(&given_up),
+            &[(r#"{"p":1}"#.into(), r#"{"n":2}"#.into())],
+            &CommitGate::default(),
+        )
+        .unwrap();
+        let read = db.read("default", "t", 0, 10).unwrap();
+        assert_eq!(
+            read.iter().map(|r| (r.offset, r.record.offset.to_string())).collect::<Vec<_>>(),
+            [(0, r#"{"n":1}"#.to_string()), (1, r#"{"n":2}"#.to_string())]
+        );
+    }
+
     #[test]
     fn records_and_offsets_commit_together_and_are_namespaced() {
         let dir = tempfile::tempdir().unwrap();
@@ -1185,8 +1241,14 @@ mod tests {
         let a = Namespace::new("default", "a");
         let other_tenant = Namespace::new("other", "a");
         let records = [record("t", r#"{"p":1}"#, r#"{"n":1}"#), record("t", r#"{"p":1}"#, r#"{"n":2}"#)];
-        db.append_with_offsets(&a, &batch(&records), &[(r#"{"p":1}"#.into(), r#"{"n":2}"#.into())]).unwrap();
-        db.append_with_offsets(&a, &batch(&records[..1]), &[]).unwrap();
+        db.append_with_offsets(
+            &a,
+            &batch(&records),
+            &[(r#"{"p":1}"#.into(), r#"{"n":2}"#.into())],
+            &CommitGate::default(),
+        )
+        .unwrap();
+        db.append_with_offsets(&a, &batch(&records[..1]), &[], &CommitGate::default()).unwrap();
         let read = db.read("default", "t", 0, 10).unwrap();
         assert_eq!(read.iter().map(|r| r.offset).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(read[1].record, records[1]);
