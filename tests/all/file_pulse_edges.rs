@@ -9,7 +9,8 @@
 //! renamed away that is still written, one file under several names (hard and
 //! symbolic links) with links that lead nowhere, a log rewritten while its connector
 //! was stopped, logs rotated faster than their tasks start under a filter that leaves out
-//! the rotated names, and a last line without newline in an idle log rotated or cleaned up.
+//! the rotated names, a last line without newline in an idle log rotated or cleaned up,
+//! and `move` to an archive on another file system.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -885,4 +886,44 @@ async fn files_cleaned_up_one_by_one_are_each_read_though_the_next_reuses_the_in
     let expected: Vec<String> = (0..15).map(|i| format!("record-{i:03}")).collect();
     wait_until("every file's record", || (host.values("lines").len() >= 15).then_some(())).await;
     assert_eq!(host.values("lines"), expected);
+}
+
+/// `move` to an archive on another file system (here tmpfs under /dev/shm beside a listing
+/// on disk), where neither a link nor a rename can reach it: each file is copied there and
+/// removed from the listing, read once, with no temporary copy left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_moved_to_an_archive_on_another_file_system() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let mut dirs = Dirs::new();
+    if let Ok(shm) = tempfile::tempdir_in("/dev/shm") {
+        dirs.done = shm;
+    }
+    let device = |dir: &Path| std::os::unix::fs::MetadataExt::dev(&std::fs::metadata(dir).unwrap());
+    if device(dirs.done.path()) == device(dirs.inbox.path()) {
+        eprintln!("note: the archive and the listing share a file system here; the copy path is not exercised");
+    }
+    let done = Dirs::path(&dirs.done);
+    let mut expected = Vec::new();
+    for n in 0..3 {
+        let lines: Vec<String> = (0..200).map(|i| format!("file {n} line {i}")).collect();
+        drop_file(dirs.inbox.path(), &format!("f{n}.log"), format!("{}\n", lines.join("\n")).as_bytes());
+        expected.extend(lines);
+    }
+    // A name already taken in the archive: the moved file gets `-1`.
+    std::fs::write(dirs.done.path().join("f0.log"), "archived before\n").unwrap();
+    let config = dirs.config(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", &done)]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("every file moved out of the listing", || files_in(dirs.inbox.path()).is_empty().then_some(())).await;
+    assert_eq!(files_in(dirs.done.path()), ["f0-1.log", "f0.log", "f1.log", "f2.log"]);
+    assert_eq!(std::fs::read_to_string(dirs.done.path().join("f0.log")).unwrap(), "archived before\n");
+    for n in 0..3 {
+        let archived = if n == 0 { "f0-1.log".to_string() } else { format!("f{n}.log") };
+        let text = std::fs::read_to_string(dirs.done.path().join(archived)).unwrap();
+        assert_eq!(text.lines().count(), 200, "file {n} archived whole");
+    }
+    let mut values = host.values("lines");
+    values.sort();
+    expected.sort();
+    assert_eq!(values, expected, "each line once");
+    assert_eq!(host.status("pulse").unwrap().connector.state, State::Running);
 }

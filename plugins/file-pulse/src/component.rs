@@ -853,12 +853,59 @@ fn move_without_overwriting(source: &str, root: &str, relative: &str) -> std::io
                 if std::fs::metadata(&candidate).is_ok() {
                     continue;
                 }
-                std::fs::rename(source, &candidate)?;
-                return Ok(candidate);
+                match std::fs::rename(source, &candidate) {
+                    Ok(()) => return Ok(candidate),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(e),
+                    // Neither a link nor a rename crosses file systems (an archive on
+                    // another mount): copied instead.
+                    Err(_) => match copy_then_remove(source, &candidate) {
+                        Ok(()) => return Ok(candidate),
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                        Err(e) => return Err(e),
+                    },
+                }
             }
         }
     }
     Err(std::io::Error::other(format!("10,000 files named like {name} already in {dir}")))
+}
+
+/// Moves `source` to `target` on another file system: copied to a hidden name beside
+/// `target` and synced, given `target`'s name without overwriting (`AlreadyExists` when it
+/// is taken), and only then removed from the listing. A file that changes while it is
+/// copied is left where it is (the copy is removed): what a writer added must not be lost.
+/// A crash part way leaves the source in place, so the next cleanup copies it again
+/// (a partial copy is overwritten; one that got its name stays, and the next has `-1`).
+fn copy_then_remove(source: &str, target: &str) -> std::io::Result<()> {
+    let (dir, name) = target.rsplit_once('/').unwrap_or((".", target));
+    let partial = format!("{dir}/.{name}.sluice-partial");
+    let stamp = |path: &str| std::fs::metadata(path).map(|m| (m.len(), m.modified().ok()));
+    let before = stamp(source)?;
+    let copied = (|| {
+        let mut from = std::fs::File::open(source)?;
+        let mut to = std::fs::File::create(&partial)?;
+        let copied = std::io::copy(&mut from, &mut to)?;
+        to.sync_all()?;
+        Ok::<u64, std::io::Error>(copied)
+    })();
+    let unchanged = match copied {
+        Ok(copied) => stamp(source).map(|after| after == before && copied == before.0),
+        Err(e) => Err(e),
+    };
+    let named = match unchanged {
+        Ok(true) => match std::fs::hard_link(&partial, target) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
+            // No links on that file system: renamed, if the name is still free.
+            Err(_) if std::fs::metadata(target).is_ok() => Err(std::io::ErrorKind::AlreadyExists.into()),
+            Err(_) => std::fs::rename(&partial, target),
+        },
+        Ok(false) => Err(std::io::Error::other("it changed while it was copied to another file system")),
+        Err(e) => Err(e),
+    };
+    let _ = std::fs::remove_file(&partial);
+    named?;
+    std::fs::remove_file(source)
 }
 
 /// Whether `candidate` is `source` itself under a second name: a hard link (never a
