@@ -170,9 +170,41 @@ pub async fn create(
         Some(other) => return Err(ApiError::bad_request(format!("initial_state: must be a string, not {other}"))),
     };
     let (ns, config) = new_config(&caller, &name, &values)?;
-    config.check()?;
-    state.herder.create_in(config.clone(), target).await?;
+    let create = match config.check() {
+        Ok(()) => state.herder.create_in(config.clone(), target).await.map(|_| ()),
+        Err(error) => Err(error.into()),
+    };
+    if let Err(error) = create {
+        return Err(every_problem(&state, &config, error).await);
+    }
     created(&state, &caller, &ns, &config, StatusCode::CREATED).await
+}
+
+/// A config the herder refused, with every problem in it as Kafka Connect lists them
+/// (its create and update name all their errors, not the first only; the herder stops at
+/// the first, so the config is looked at whole again here, only when it was refused).
+async fn every_problem(state: &ApiState, config: &ConnectorConfig, error: HerderError) -> ApiError {
+    if !matches!(error, HerderError::Invalid(_)) {
+        return error.into();
+    }
+    let problems = state.herder.problems(config).await;
+    if problems.len() < 2 {
+        return error.into();
+    }
+    let mut message =
+        format!("Connector configuration is invalid and contains the following {} error(s):", problems.len());
+    for problem in &problems {
+        message.push('\n');
+        if let Some(key) = &problem.key {
+            message.push_str(key);
+            message.push_str(": ");
+        }
+        message.push_str(&problem.reason);
+    }
+    message.push_str(
+        "\nYou can also find the above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`",
+    );
+    ApiError::bad_request(message)
 }
 
 /// The answer to a create or update: the connector as it stands, or as it was written
@@ -249,8 +281,14 @@ pub async fn put_config(
     };
     name_matches_url(&values, &name)?;
     let (ns, config) = new_config(&caller, &name, &values)?;
-    config.check()?;
-    let was_created = state.herder.put_config(config.clone()).await?;
+    let put = match config.check() {
+        Ok(()) => state.herder.put_config(config.clone()).await,
+        Err(error) => Err(error.into()),
+    };
+    let was_created = match put {
+        Ok(was_created) => was_created,
+        Err(error) => return Err(every_problem(&state, &config, error).await),
+    };
     created(&state, &caller, &ns, &config, if was_created { StatusCode::CREATED } else { StatusCode::OK }).await
 }
 

@@ -45,6 +45,22 @@ fn the_connector_lifecycle_answers_as_kafka_connect_does() {
     assert!(again.assert_error(409).contains("already exists"));
     let bad = server.call("POST", "/connectors", None, Some(&counter("bad", json!({ "tasks.max": "0" }))));
     assert!(bad.assert_error(400).contains("tasks.max"), "{bad:?}");
+    // Several errors: each is named, as Kafka Connect lists them, and nothing is created.
+    let two = counter("two", json!({ "tasks.max": "0", "batch.size": "many" }));
+    for (method, path) in [("POST", "/connectors"), ("PUT", "/connectors/two/config")] {
+        let body = if method == "PUT" {
+            json!(serde_json::from_str::<Value>(&two).unwrap()["config"]).to_string()
+        } else {
+            two.clone()
+        };
+        let message = server.call(method, path, None, Some(&body)).assert_error(400);
+        assert!(
+            message.starts_with("Connector configuration is invalid and contains the following 2 error(s):\n"),
+            "{method}: {message}"
+        );
+        assert!(message.contains("\ntasks.max: ") && message.contains("\nbatch.size: "), "{method}: {message}");
+    }
+    server.get("/connectors/two").assert_error(404);
     let unknown = server.call(
         "POST",
         "/connectors",
