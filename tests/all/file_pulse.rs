@@ -312,6 +312,7 @@ async fn bad_configs_fail_validation_with_the_key() {
             "grant it with sandbox.fs.read",
         ),
         (check(&[], Some("topic")), "topic", "required"),
+        (check(&[("topic", "app logs")], None), "topic", "'app logs' is not a topic name: it has ' '"),
         (
             check(&[("file.filter.regex.pattern", "([a-")], None),
             "file.filter.regex.pattern",

@@ -29,7 +29,7 @@ struct Settings {
 impl Settings {
     fn parse(config: &Config) -> Result<Settings, Error> {
         Ok(Settings {
-            topic: config.required("topic")?.to_string(),
+            topic: config.topic("topic")?.to_string(),
             count: config.parse("record.count", 0)?,
             size: config.parse("record.size", 64)?,
             batch: config.parse::<usize>("batch.size", 100)?.max(1),

@@ -961,10 +961,15 @@ impl Connector for ConnectorState {
     }
 
     fn validate(config: &Config) -> Vec<ConfigProblem> {
+        // A topic Kafka would refuse: said at create, not at the first record.
+        let topic_problem = config.get("topic").filter(|t| !t.is_empty()).and_then(sluice_connector::topic_problem);
+        let topic_problem = topic_problem.map(|message| ConfigProblem { key: "topic".into(), message });
         let settings = match Settings::parse_all(&config.0) {
+            Ok(_) if topic_problem.is_some() => return topic_problem.into_iter().collect(),
             Ok(settings) => settings,
             Err(problems) => {
-                return problems.into_iter().map(|(key, message)| ConfigProblem { key, message }).collect();
+                let problems = problems.into_iter().map(|(key, message)| ConfigProblem { key, message });
+                return problems.chain(topic_problem).collect();
             }
         };
         if let Err(e) = std::fs::read_dir(&settings.directory) {

@@ -36,7 +36,7 @@
 //!         let task = config.parse("task", 0)?;
 //!         // Resume after the committed offset, if any.
 //!         let next = offsets::get::<_, Offset>(&Partition { task }).map_or(0, |o| o.n + 1);
-//!         Ok(CountingTask { topic: config.required("topic")?.to_string(), task, next })
+//!         Ok(CountingTask { topic: config.topic("topic")?.to_string(), task, next })
 //!     }
 //!     fn poll(&mut self) -> Result<Vec<Record>, Error> {
 //!         let record = Record::new(&self.topic, &Partition { task: self.task }, &Offset { n: self.next })
@@ -425,6 +425,20 @@ pub mod export {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config(pub BTreeMap<String, String>);
 
+/// What is wrong with `name` as a Kafka topic, by Kafka's rule (1 to 249 of
+/// `[a-zA-Z0-9._-]`, not `.` or `..`), or `None` when it is one. The host refuses a
+/// record whose topic breaks it; a plugin checks its configured topic up front with this.
+pub fn topic_problem(name: &str) -> Option<String> {
+    if name.is_empty() || name.len() > 249 {
+        return Some(format!("'{name}' is not a topic name: it must have 1 to 249 characters"));
+    }
+    if name == "." || name == ".." {
+        return Some(format!("'{name}' is not a topic name"));
+    }
+    let bad = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))?;
+    Some(format!("'{name}' is not a topic name: it has {bad:?} (allowed: letters, digits, '.', '_', '-')"))
+}
+
 impl Config {
     #[doc(hidden)]
     pub fn from_pairs(pairs: Vec<(String, String)>) -> Config {
@@ -443,6 +457,16 @@ impl Config {
     /// The value of a key that must be set; the error names the key.
     pub fn required(&self, key: &str) -> Result<&str, Error> {
         self.get(key).filter(|v| !v.is_empty()).ok_or_else(|| Error::InvalidConfig(format!("{key}: required")))
+    }
+
+    /// A required key naming a Kafka topic, checked by Kafka's rule ([`topic_problem`]) so
+    /// a bad name is refused when the connector is created, not at its first record.
+    pub fn topic(&self, key: &str) -> Result<&str, Error> {
+        let name = self.required(key)?;
+        match topic_problem(name) {
+            None => Ok(name),
+            Some(problem) => Err(Error::InvalidConfig(format!("{key}: {problem}"))),
+        }
     }
 
     /// The key parsed as `T`, or `default` when it is not set; the error names the key.

@@ -61,6 +61,10 @@ fn the_connector_lifecycle_answers_as_kafka_connect_does() {
         assert!(message.contains("\ntasks.max: ") && message.contains("\nbatch.size: "), "{method}: {message}");
     }
     server.get("/connectors/two").assert_error(404);
+    // A topic Kafka would refuse is refused when the connector is created, naming the key.
+    let spaced = server.call("POST", "/connectors", None, Some(&counter("spaced", json!({ "topic": "app logs" }))));
+    let message = spaced.assert_error(400);
+    assert!(message.contains("topic: 'app logs' is not a topic name"), "{message}");
     let unknown = server.call(
         "POST",
         "/connectors",
