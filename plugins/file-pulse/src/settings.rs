@@ -158,6 +158,14 @@ impl Settings {
                 0,
             )
         };
+        // A poll that may return nothing would never move on.
+        let positive = |key: &str| -> u64 {
+            let n = number(key);
+            if n == 0 && !problems.borrow().iter().any(|(k, _)| k == key) {
+                problems.borrow_mut().push(problem(key, "must be at least 1".into()));
+            }
+            n.max(1)
+        };
         let boolean = |key: &str| -> bool {
             let value = match get(key).to_ascii_lowercase().as_str() {
                 "true" => Ok(true),
@@ -258,8 +266,8 @@ impl Settings {
             tail_idle_ms: number("tail.idle.ms"),
             rotation_grace_ms: number("tail.rotation.grace.ms"),
             stall_timeout_ms: number("task.stall.timeout.ms"),
-            poll_max_records: number("poll.max.records").max(1) as usize,
-            poll_max_bytes: number("poll.max.bytes").max(1) as usize,
+            poll_max_records: positive("poll.max.records") as usize,
+            poll_max_bytes: positive("poll.max.bytes") as usize,
         };
         let problems = problems.into_inner();
         if problems.is_empty() { Ok(settings) } else { Err(problems) }
@@ -280,6 +288,15 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_poll_limit_of_zero_is_refused_naming_the_key() {
+        for key in ["poll.max.records", "poll.max.bytes"] {
+            let problems = parse(&[(key, "0")]).err().unwrap_or_else(|| panic!("{key}=0 accepted"));
+            assert_eq!(problems, (key.to_string(), "must be at least 1".to_string()));
+        }
+        assert_eq!(parse(&[("poll.max.records", "1")]).unwrap().poll_max_records, 1);
+    }
 
     #[test]
     fn a_tick_a_little_early_still_lists() {
