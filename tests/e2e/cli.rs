@@ -200,14 +200,17 @@ fn until_done_exits_0_once_every_connector_finished_and_1_when_one_failed() {
     let failing = connector_file(
         dir.path(),
         "failing.json",
-        r#"{"name": "failing", "config": {"connector.class": "counter", "topic": "bad topic", "record.count": "5",
-            "finish": "true"}}"#,
+        r#"{"name": "failing", "config": {"connector.class": "counter", "topic": "big", "record.count": "5",
+            "record.size": "2000", "sandbox.record.max.bytes": "1000", "finish": "true"}}"#,
     );
     let args = ["run", "--until-done", "--data-dir", data.to_str().unwrap(), bounded.to_str().unwrap()];
     let output = sluice().args(args).arg(&failing).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("connector 'failing' task 0 FAILED:") && stderr.contains("bad topic"), "{stderr}");
+    assert!(
+        stderr.contains("connector 'failing' task 0 FAILED:") && stderr.contains("exceeds sandbox.record.max.bytes"),
+        "{stderr}"
+    );
 }
 
 /// Runs `sluice ARGS` in bash with its output piped as `pipe` says (`2>&1 | head -1`), and
