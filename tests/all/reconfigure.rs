@@ -79,3 +79,28 @@ async fn only_changed_tasks_restart() {
     assert!(grown[1].1 > after[2].1 && grown[2].1 > after[2].1, "tasks 1 and 2 must be new instances");
     wait_until("new task e to deliver", || host.seq("r", r#"{"task":"e"}"#)).await;
 }
+
+/// The same config PUT again (a deploy tool re-applying what is there) restarts no task,
+/// as in Kafka Connect: the tasks keep their instances and go on delivering. A changed
+/// config still restarts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_config_put_again_restarts_no_task() {
+    let host = TestHost::new(&["counter"]).await;
+    let config =
+        |rate: &str| connector("r", "counter", &[("topic", "r"), ("tasks.max", "2"), ("records.per.second", rate)]);
+    host.start(config("100")).await;
+    let before = all_running(&host, 2).await;
+    assert!(!host.herder.put_config(config("100")).await.unwrap(), "an update, not a create");
+    let seq = host.seq("r", r#"{"counter":1}"#).unwrap_or(0);
+    wait_until("task 1 to go on", || (host.seq("r", r#"{"counter":1}"#)? > seq + 20).then_some(())).await;
+    assert_eq!(instances(&host), before, "the same config restarted a task");
+    assert_eq!(host.status("r").unwrap().connector.state, State::Running);
+
+    host.herder.put_config(config("200")).await.unwrap();
+    wait_until("both tasks restarted on the changed config", || {
+        let now = instances(&host);
+        let restarted = now.len() == 2 && now.iter().zip(&before).all(|(now, then)| now.1 != then.1);
+        (restarted && now.iter().all(|t| t.2 == State::Running)).then_some(())
+    })
+    .await;
+}

@@ -382,6 +382,18 @@ impl Herder {
             return self.create_admitted(&ns, config, admitted, TargetState::Started).await.map(|_| true);
         };
         admission::recheck_tenant(&self.services, &config, &mut admitted, &self.running(&connectors))?;
+        // The same config again (a deploy tool applying what is already there): as in
+        // Kafka Connect, the connector instance restarts and its tasks run on untouched,
+        // since the task configs it generates are the same.
+        let entry = connectors.get(&ns).expect("checked above");
+        if let Some(run) = &entry.run
+            && !run.join.is_finished()
+            && entry.config.values == config.values
+            && self.replaced_plugin(entry).is_none()
+        {
+            let _ = run.control.send(Control::Restart { connector: true, tasks: Tasks::None });
+            return Ok(false);
+        }
         let old = connectors.remove(&ns).expect("checked above");
         if let Some(run) = old.run {
             run.stop().await;
