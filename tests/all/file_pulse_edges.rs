@@ -895,13 +895,12 @@ async fn files_cleaned_up_one_by_one_are_each_read_though_the_next_reuses_the_in
 async fn files_are_moved_to_an_archive_on_another_file_system() {
     let host = TestHost::new(&["file-pulse"]).await;
     let mut dirs = Dirs::new();
-    if let Ok(shm) = tempfile::tempdir_in("/dev/shm") {
-        dirs.done = shm;
-    }
+    // The listing under the build's folder (on disk even when TMPDIR is a tmpfs), the
+    // archive in /dev/shm (tmpfs on Linux).
+    dirs.inbox = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    dirs.done = tempfile::tempdir_in("/dev/shm").expect("/dev/shm: a tmpfs, another file system than the disk");
     let device = |dir: &Path| std::os::unix::fs::MetadataExt::dev(&std::fs::metadata(dir).unwrap());
-    if device(dirs.done.path()) == device(dirs.inbox.path()) {
-        eprintln!("note: the archive and the listing share a file system here; the copy path is not exercised");
-    }
+    assert_ne!(device(dirs.done.path()), device(dirs.inbox.path()), "the archive must be on another file system");
     let done = Dirs::path(&dirs.done);
     let mut expected = Vec::new();
     for n in 0..3 {

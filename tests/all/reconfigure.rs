@@ -94,7 +94,7 @@ async fn the_same_config_put_again_restarts_no_task() {
     let seq = host.seq("r", r#"{"counter":1}"#).unwrap_or(0);
     wait_until("task 1 to go on", || (host.seq("r", r#"{"counter":1}"#)? > seq + 20).then_some(())).await;
     assert_eq!(instances(&host), before, "the same config restarted a task");
-    assert_eq!(host.status("r").unwrap().connector.state, State::Running);
+    host.wait_state("r", State::Running).await;
 
     host.herder.put_config(config("200")).await.unwrap();
     wait_until("both tasks restarted on the changed config", || {

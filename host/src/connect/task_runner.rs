@@ -65,6 +65,10 @@ enum Outcome {
 const USAGE_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a delivery may take before the task's status says it is waiting.
 const SLOW_DELIVERY: Duration = Duration::from_secs(5);
+
+/// How long a task that gave up on a batch at its stop deadline waits for that batch's
+/// commit if it was already under way (see [`CommitGate`]).
+const COMMIT_GRACE: Duration = Duration::from_secs(5);
 /// Waits between tries of a batch the destination could not take for now (1 s doubling
 /// to 30 s).
 const DELIVERY_RETRY_BACKOFF: RestartPolicy =
@@ -697,7 +701,12 @@ async fn settle_delivery(
                         Ok(attempt) => break attempt,
                         Err(_) => {
                             lane.close();
-                            gate.shut().await;
+                            // A commit under way is waited for, within bounds: one that
+                            // waits on an absent broker (Kafka-backed offsets) must not hold
+                            // the stop for its whole timeout.
+                            if tokio::time::timeout(COMMIT_GRACE, gate.shut()).await.is_err() {
+                                tracing::warn!(connector = %connector, task = spec.task, "the last batch's commit was still under way {COMMIT_GRACE:?} after the stop deadline; stopping without it");
+                            }
                             // It may have committed just before the gate shut.
                             match handed_over.try_recv() {
                                 Ok(Attempt::Failed(e)) if e.chain().any(|e| e.is::<DeliveryAbandoned>()) => {}

@@ -606,6 +606,11 @@ impl ConnectorState {
                 }
                 true
             }
+            // A large file on its way to another file system: it goes on at the next cleanup.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                log::info(&format!("{}: {e}", printable(relative)));
+                false
+            }
             Err(e) => {
                 log::warn(&format!("cleanup of {} failed: {e}", printable(relative)));
                 false
@@ -855,7 +860,18 @@ fn move_without_overwriting(source: &str, root: &str, relative: &str) -> std::io
                 }
                 match std::fs::rename(source, &candidate) {
                     Ok(()) => return Ok(candidate),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(e),
+                    // What a copy would not get past either (the source cannot be
+                    // removed, a read-only listing): said as it is.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::NotFound
+                                | std::io::ErrorKind::PermissionDenied
+                                | std::io::ErrorKind::ReadOnlyFilesystem
+                        ) =>
+                    {
+                        return Err(e);
+                    }
                     // Neither a link nor a rename crosses file systems (an archive on
                     // another mount): copied instead.
                     Err(_) => match copy_then_remove(source, &candidate) {
@@ -870,42 +886,94 @@ fn move_without_overwriting(source: &str, root: &str, relative: &str) -> std::io
     Err(std::io::Error::other(format!("10,000 files named like {name} already in {dir}")))
 }
 
+/// How long one call copies a file to another file system before it returns, to go on
+/// at the next cleanup: a large file takes several listings, never a call past its
+/// deadline.
+const COPY_SLICE: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// Copies to another file system under way, by source path: the source's size and
+    /// modification time when the copy began, and the bytes in the partial copy so far.
+    static COPIES: RefCell<HashMap<String, (FileStamp, u64)>> = RefCell::new(HashMap::new());
+}
+
+type FileStamp = (u64, Option<std::time::SystemTime>);
+
+fn stamp(path: &str) -> std::io::Result<FileStamp> {
+    std::fs::metadata(path).map(|m| (m.len(), m.modified().ok()))
+}
+
 /// Moves `source` to `target` on another file system: copied to a hidden name beside
-/// `target` and synced, given `target`'s name without overwriting (`AlreadyExists` when it
-/// is taken), and only then removed from the listing. A file that changes while it is
-/// copied is left where it is (the copy is removed): what a writer added must not be lost.
-/// A crash part way leaves the source in place, so the next cleanup copies it again
-/// (a partial copy is overwritten; one that got its name stays, and the next has `-1`).
+/// `target` (`COPY_SLICE` at a time; `Interrupted` until it is whole) and synced, given
+/// `target`'s name without overwriting (`AlreadyExists` when it is taken) and its
+/// modification time, and only then removed from the listing (if that fails, the named
+/// copy is removed again, so a file that cannot leave is never archived twice). A file
+/// that changes while it is copied is copied again from its start. A crash part way
+/// leaves the source in place and the next cleanup copies it again.
 fn copy_then_remove(source: &str, target: &str) -> std::io::Result<()> {
+    use std::io::{Read, Seek, Write};
     let (dir, name) = target.rsplit_once('/').unwrap_or((".", target));
     let partial = format!("{dir}/.{name}.sluice-partial");
-    let stamp = |path: &str| std::fs::metadata(path).map(|m| (m.len(), m.modified().ok()));
-    let before = stamp(source)?;
-    let copied = (|| {
-        let mut from = std::fs::File::open(source)?;
-        let mut to = std::fs::File::create(&partial)?;
-        let copied = std::io::copy(&mut from, &mut to)?;
-        to.sync_all()?;
-        Ok::<u64, std::io::Error>(copied)
-    })();
-    let unchanged = match copied {
-        Ok(copied) => stamp(source).map(|after| after == before && copied == before.0),
-        Err(e) => Err(e),
+    let now = stamp(source)?;
+    let resumed = COPIES.with(|copies| copies.borrow().get(source).copied());
+    let from_byte = match resumed {
+        Some((then, copied)) if then == now && std::fs::metadata(&partial).is_ok_and(|m| m.len() == copied) => copied,
+        _ => 0,
     };
-    let named = match unchanged {
-        Ok(true) => match std::fs::hard_link(&partial, target) {
+    // `None`: paused after `COPY_SLICE`, to go on at the next call; else the bytes copied.
+    let copy = || -> std::io::Result<Option<u64>> {
+        let mut from = std::fs::File::open(source)?;
+        from.seek(std::io::SeekFrom::Start(from_byte))?;
+        let mut to = if from_byte > 0 {
+            std::fs::OpenOptions::new().append(true).open(&partial)?
+        } else {
+            std::fs::File::create(&partial)?
+        };
+        let started = Instant::now();
+        let (mut copied, mut buffer) = (from_byte, vec![0u8; 1 << 20]);
+        loop {
+            let n = from.read(&mut buffer)?;
+            if n == 0 {
+                break;
+            }
+            to.write_all(&buffer[..n])?;
+            copied += n as u64;
+            if started.elapsed() > COPY_SLICE && copied < now.0 {
+                COPIES.with(|copies| copies.borrow_mut().insert(source.to_string(), (now, copied)));
+                return Ok(None);
+            }
+        }
+        if let Some(modified) = now.1 {
+            let _ = to.set_modified(modified);
+        }
+        to.sync_all()?;
+        Ok(Some(copied))
+    };
+    let copied = copy();
+    if let Ok(None) = copied {
+        let so_far = COPIES.with(|copies| copies.borrow()[source].1);
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Interrupted,
+            format!("copying to another file system: {so_far} of {} bytes so far", now.0),
+        ));
+    }
+    COPIES.with(|copies| copies.borrow_mut().remove(source));
+    let named = match copied {
+        Ok(Some(copied)) if copied == now.0 && stamp(source)? == now => match std::fs::hard_link(&partial, target) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
             // No links on that file system: renamed, if the name is still free.
             Err(_) if std::fs::metadata(target).is_ok() => Err(std::io::ErrorKind::AlreadyExists.into()),
             Err(_) => std::fs::rename(&partial, target),
         },
-        Ok(false) => Err(std::io::Error::other("it changed while it was copied to another file system")),
+        Ok(_) => Err(std::io::Error::other("it changed while it was copied to another file system")),
         Err(e) => Err(e),
     };
     let _ = std::fs::remove_file(&partial);
     named?;
-    std::fs::remove_file(source)
+    std::fs::remove_file(source).inspect_err(|_| {
+        let _ = std::fs::remove_file(target);
+    })
 }
 
 /// Whether `candidate` is `source` itself under a second name: a hard link (never a
@@ -935,6 +1003,51 @@ fn committed(partitions: &[String]) -> Vec<Option<FileOffset>> {
     sluice_connector::offsets::get_many(&asked)
 }
 
+/// file-pulse's own checks of a config: its keys, then that the listed directory can be
+/// listed and every path its cleanup writes to is granted for writing.
+fn validate_settings(config: &Config) -> Vec<ConfigProblem> {
+    let settings = match Settings::parse_all(&config.0) {
+        Ok(settings) => settings,
+        Err(problems) => return problems.into_iter().map(|(key, message)| ConfigProblem { key, message }).collect(),
+    };
+    if let Err(e) = std::fs::read_dir(&settings.directory) {
+        return vec![ConfigProblem {
+            key: "fs.listing.directory.path".into(),
+            message: format!(
+                "'{}' cannot be listed ({e}); grant it with sandbox.fs.read, or sandbox.fs.write when fs.cleanup.policy deletes or moves",
+                settings.directory
+            ),
+        }];
+    }
+    // Every path the cleanup writes to must be granted for writing: said now, not at
+    // the first file's cleanup.
+    let mut writes: Vec<(&str, &str, &str)> = Vec::new();
+    match settings.cleanup {
+        Cleanup::None => {}
+        Cleanup::Delete => writes.push(("fs.listing.directory.path", &settings.directory, "deletes files from it")),
+        Cleanup::Move => {
+            writes.push(("fs.listing.directory.path", &settings.directory, "moves files out of it"));
+            writes.push(("fs.cleanup.policy.move.success.path", &settings.move_success, "moves finished files there"));
+            writes.push(("fs.cleanup.policy.move.failure.path", &settings.move_failure, "moves failed files there"));
+        }
+    }
+    for (key, path, why) in writes {
+        if let Some(problem) = not_writable(path) {
+            return vec![ConfigProblem {
+                key: key.into(),
+                message: format!(
+                    "'{path}' is {problem}, and fs.cleanup.policy={} {why}: add it (or a directory above it) to sandbox.fs.write",
+                    match settings.cleanup {
+                        Cleanup::Delete => "delete",
+                        _ => "move",
+                    }
+                ),
+            }];
+        }
+    }
+    Vec::new()
+}
+
 impl Connector for ConnectorState {
     fn version() -> String {
         env!("CARGO_PKG_VERSION").to_string()
@@ -961,61 +1074,15 @@ impl Connector for ConnectorState {
     }
 
     fn validate(config: &Config) -> Vec<ConfigProblem> {
+        let mut problems = validate_settings(config);
         // A topic Kafka would refuse: said at create, not at the first record.
-        let topic_problem = config.get("topic").filter(|t| !t.is_empty()).and_then(sluice_connector::topic_problem);
-        let topic_problem = topic_problem.map(|message| ConfigProblem { key: "topic".into(), message });
-        let settings = match Settings::parse_all(&config.0) {
-            Ok(_) if topic_problem.is_some() => return topic_problem.into_iter().collect(),
-            Ok(settings) => settings,
-            Err(problems) => {
-                let problems = problems.into_iter().map(|(key, message)| ConfigProblem { key, message });
-                return problems.chain(topic_problem).collect();
-            }
-        };
-        if let Err(e) = std::fs::read_dir(&settings.directory) {
-            return vec![ConfigProblem {
-                key: "fs.listing.directory.path".into(),
-                message: format!(
-                    "'{}' cannot be listed ({e}); grant it with sandbox.fs.read, or sandbox.fs.write when fs.cleanup.policy deletes or moves",
-                    settings.directory
-                ),
-            }];
+        let topic = config.get("topic").filter(|t| !t.is_empty());
+        if let Some(message) = topic.and_then(sluice_connector::topic_problem)
+            && !problems.iter().any(|p| p.key == "topic")
+        {
+            problems.push(ConfigProblem { key: "topic".into(), message });
         }
-        // Every path the cleanup writes to must be granted for writing: said now, not at
-        // the first file's cleanup.
-        let mut writes: Vec<(&str, &str, &str)> = Vec::new();
-        match settings.cleanup {
-            Cleanup::None => {}
-            Cleanup::Delete => writes.push(("fs.listing.directory.path", &settings.directory, "deletes files from it")),
-            Cleanup::Move => {
-                writes.push(("fs.listing.directory.path", &settings.directory, "moves files out of it"));
-                writes.push((
-                    "fs.cleanup.policy.move.success.path",
-                    &settings.move_success,
-                    "moves finished files there",
-                ));
-                writes.push((
-                    "fs.cleanup.policy.move.failure.path",
-                    &settings.move_failure,
-                    "moves failed files there",
-                ));
-            }
-        }
-        for (key, path, why) in writes {
-            if let Some(problem) = not_writable(path) {
-                return vec![ConfigProblem {
-                    key: key.into(),
-                    message: format!(
-                        "'{path}' is {problem}, and fs.cleanup.policy={} {why}: add it (or a directory above it) to sandbox.fs.write",
-                        match settings.cleanup {
-                            Cleanup::Delete => "delete",
-                            _ => "move",
-                        }
-                    ),
-                }];
-            }
-        }
-        Vec::new()
+        problems
     }
 
     fn start(config: Config) -> Result<Self, Error> {
