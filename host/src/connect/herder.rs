@@ -133,6 +133,15 @@ impl Drop for Changing<'_> {
     }
 }
 
+/// A start refused, as a config problem of the file `source`: an invalid config as it is,
+/// anything else (the name taken, the store) against its `name`.
+fn as_config_error(source: String, error: HerderError) -> ConfigError {
+    match error {
+        HerderError::Invalid(e) => e,
+        other => ConfigError { source, key: Some(NAME.into()), reason: other.to_string() },
+    }
+}
+
 impl Herder {
     /// A worker with the default worker config (no tenants, SQLite in `data_dir`).
     pub async fn open(data_dir: &Path, plugin_dir: &Path) -> anyhow::Result<Herder> {
@@ -308,10 +317,7 @@ impl Herder {
     /// config and target state are stored first. Warnings (unknown keys) go to the log.
     pub async fn start(&self, config: ConnectorConfig) -> Result<(), ConfigError> {
         let source = config.source.clone();
-        self.create(config).await.map(|_| ()).map_err(|e| match e {
-            HerderError::Invalid(e) => e,
-            other => ConfigError { source, key: Some(NAME.into()), reason: other.to_string() },
-        })
+        self.create(config).await.map(|_| ()).map_err(|e| as_config_error(source, e))
     }
 
     /// Starts a connector [`Herder::validate_all`] admitted, without asking its plugin
@@ -320,10 +326,8 @@ impl Herder {
     pub async fn start_admitted(&self, config: ConnectorConfig, admitted: Admitted) -> Result<(), ConfigError> {
         let source = config.source.clone();
         let ns = self.namespace_of(&config);
-        self.create_admitted(&ns, config, admitted, TargetState::Started).await.map(|_| ()).map_err(|e| match e {
-            HerderError::Invalid(e) => e,
-            other => ConfigError { source, key: Some(NAME.into()), reason: other.to_string() },
-        })
+        let created = self.create_admitted(&ns, config, admitted, TargetState::Started).await;
+        created.map(|_| ()).map_err(|e| as_config_error(source, e))
     }
 
     /// Creates a connector: 409-style `Exists` if the name is taken in its tenant.

@@ -920,8 +920,9 @@ fn copy_then_remove(source: &str, target: &str) -> std::io::Result<()> {
         Some((then, copied)) if then == now && std::fs::metadata(&partial).is_ok_and(|m| m.len() == copied) => copied,
         _ => 0,
     };
-    // `None`: paused after `COPY_SLICE`, to go on at the next call; else the bytes copied.
-    let copy = || -> std::io::Result<Option<u64>> {
+    // The bytes in the partial copy, and whether the source was read to its end (else the
+    // copy paused after `COPY_SLICE`, to go on at the next call).
+    let copy = || -> std::io::Result<(u64, bool)> {
         let mut from = std::fs::File::open(source)?;
         from.seek(std::io::SeekFrom::Start(from_byte))?;
         let mut to = if from_byte > 0 {
@@ -939,19 +940,18 @@ fn copy_then_remove(source: &str, target: &str) -> std::io::Result<()> {
             to.write_all(&buffer[..n])?;
             copied += n as u64;
             if started.elapsed() > COPY_SLICE && copied < now.0 {
-                COPIES.with(|copies| copies.borrow_mut().insert(source.to_string(), (now, copied)));
-                return Ok(None);
+                return Ok((copied, false));
             }
         }
         if let Some(modified) = now.1 {
             let _ = to.set_modified(modified);
         }
         to.sync_all()?;
-        Ok(Some(copied))
+        Ok((copied, true))
     };
     let copied = copy();
-    if let Ok(None) = copied {
-        let so_far = COPIES.with(|copies| copies.borrow()[source].1);
+    if let Ok((so_far, false)) = copied {
+        COPIES.with(|copies| copies.borrow_mut().insert(source.to_string(), (now, so_far)));
         return Err(std::io::Error::new(
             std::io::ErrorKind::Interrupted,
             format!("copying to another file system: {so_far} of {} bytes so far", now.0),
@@ -959,7 +959,7 @@ fn copy_then_remove(source: &str, target: &str) -> std::io::Result<()> {
     }
     COPIES.with(|copies| copies.borrow_mut().remove(source));
     let named = match copied {
-        Ok(Some(copied)) if copied == now.0 && stamp(source)? == now => match std::fs::hard_link(&partial, target) {
+        Ok((copied, _)) if copied == now.0 && stamp(source)? == now => match std::fs::hard_link(&partial, target) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
             // No links on that file system: renamed, if the name is still free.
