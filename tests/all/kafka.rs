@@ -2,7 +2,8 @@
 //! produce, fetch, metadata and admin requests): the three storage topics in Connect's
 //! formats, read back by a new worker; `destination=kafka` delivering every record once
 //! with its offsets committed after; a broker outage and injected produce errors that
-//! lose nothing. (The mock implements no transaction semantics; the real-broker tests are
+//! lose nothing; exactly-once's error paths, a commit whose answer never comes among
+//! them. (The mock implements no transaction semantics; the real-broker tests are
 //! end-to-end.)
 
 use std::collections::BTreeMap;
@@ -26,10 +27,14 @@ use crate::common::{TestHost, connector, wait_until};
 /// are tested against the real broker, end to end).
 fn mock_cluster() -> MockCluster<'static, DefaultProducerContext> {
     let cluster = MockCluster::new(1).expect("librdkafka's mock cluster");
+    make_topics(&cluster);
+    cluster
+}
+
+fn make_topics<C: rdkafka::ClientContext>(cluster: &MockCluster<'_, C>) {
     for (topic, partitions) in [("sluice-offsets", 25), ("sluice-configs", 1), ("sluice-status", 5), ("numbers", 2)] {
         cluster.create_topic(topic, partitions, 1).unwrap();
     }
-    cluster
 }
 
 /// A worker config on `bootstrap` with single-replica internal topics (one mock broker).
@@ -269,6 +274,34 @@ fn offsets_connect_wrote_with_another_key_order_are_found() {
     assert_eq!(found, vec![Some(r#"{"pos":5}"#.to_string())]);
 }
 
+/// Offsets a transaction may have committed behind the worker's back (its commit went
+/// unanswered) are read from the topic again before anyone reads them; until marked, the
+/// worker answers from memory.
+#[test]
+fn doubtful_offsets_are_read_from_the_topic_again() {
+    use sluice::storage::OffsetStore;
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let backend = KafkaBackend::open(&kafka_config(&bootstrap)).unwrap();
+    let ns = Namespace::new(DEFAULT_TENANT, "eos");
+    let partitions = [r#"{"counter":0}"#.to_string()];
+    backend.commit_offsets(&ns, &[(partitions[0].clone(), r#"{"seq":1}"#.into())]).unwrap();
+    let producer: rdkafka::producer::BaseProducer =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).create().unwrap();
+    let key = offset_key(&ns, &partitions[0]).unwrap();
+    producer
+        .send(rdkafka::producer::BaseRecord::to("sluice-offsets").key(key.as_slice()).payload(r#"{"seq": 2}"#))
+        .unwrap();
+    producer.flush(Duration::from_secs(30)).unwrap();
+    assert_eq!(backend.offsets(&ns, &partitions).unwrap(), vec![Some(r#"{"seq":1}"#.to_string())]);
+    backend.doubt_offsets(&ns, &partitions);
+    assert!(backend.offsets_at_once(&ns, &partitions).is_none(), "a doubtful offset is not answered from memory");
+    assert_eq!(backend.offsets(&ns, &partitions).unwrap(), vec![Some(r#"{"seq":2}"#.to_string())]);
+    assert!(backend.offsets_at_once(&ns, &partitions).is_some(), "read again, no longer doubtful");
+    backend.doubt_offsets(&ns, &partitions);
+    assert_eq!(backend.all_offsets(&ns).unwrap(), vec![(partitions[0].clone(), r#"{"seq":2}"#.to_string())]);
+}
+
 /// `<task>-<seq>` of a counter record (its value without the padding).
 fn counter_id(value: &[u8]) -> String {
     String::from_utf8_lossy(value).trim_end_matches('.').to_string()
@@ -452,6 +485,62 @@ async fn an_aborted_transaction_is_sent_again_and_nothing_is_lost() {
     host.herder.shutdown().await;
     // The mock keeps aborted records visible (it writes no markers), so count distinct.
     assert_eq!(distinct_seqs(&read_topic(&bootstrap, "numbers", 1000)), (0..1000).collect::<Vec<u64>>());
+}
+
+/// A commit whose answer never comes: the broker takes the EndTxn (the mock keeps no
+/// transaction state, so the records and offsets stay as if committed) but answers it
+/// only after the task stopped waiting (`transaction.timeout.ms` 1 s, three tries).
+/// Sending the batch again would write it twice, and so would resuming from the offsets
+/// known before it; the task looks the transaction up in the offsets topic instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_never_came_is_looked_up_not_sent_again() {
+    // A cluster made through a client, whose handle reaches a call rdkafka does not wrap:
+    // a delay on the answer to one request.
+    let owner: rdkafka::producer::BaseProducer =
+        ClientConfig::new().set("test.mock.num.brokers", "1").create().expect("librdkafka's mock cluster");
+    let cluster = owner.client().mock_cluster().expect("a mock cluster");
+    make_topics(&cluster);
+    let bootstrap = cluster.bootstrap_servers();
+    let host = exactly_once_host(&bootstrap).await;
+    let config = connector(
+        "eos",
+        "counter",
+        &[
+            ("topic", "numbers"),
+            ("record.count", "1000"),
+            ("exactly.once.support", "required"),
+            ("batch.size", "100"),
+            ("producer.override.transaction.timeout.ms", "1000"),
+        ],
+    );
+    // The first three EndTxn are answered after 8 s: librdkafka sends the request again
+    // when one times out (after the commit call's one second), and the task tries three
+    // times.
+    let delayed = (rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR, 8000 as std::ffi::c_int);
+    let pushed = unsafe {
+        let raw = rdkafka::bindings::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
+        rdkafka::bindings::rd_kafka_mock_broker_push_request_error_rtts(
+            raw,
+            1,
+            rdkafka::types::RDKafkaApiKey::EndTxn as i16,
+            3,
+            delayed.0,
+            delayed.1,
+            delayed.0,
+            delayed.1,
+            delayed.0,
+            delayed.1,
+        )
+    };
+    assert_eq!(pushed, rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR);
+    host.start(config).await;
+    wait_until("the last offset committed", || committed_seq(&host, "eos").filter(|s| *s == 999)).await;
+    assert_eq!(host.status("eos").unwrap().tasks[0].state, State::Running);
+    host.herder.shutdown().await;
+    let records = read_topic(&bootstrap, "numbers", 1000);
+    let seqs = distinct_seqs(&records);
+    assert_eq!(seqs, (0..1000).collect::<Vec<u64>>());
+    assert_eq!(records.len(), 1000, "the unanswered transaction's batch was written twice");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,9 @@
 //! written to the offsets topic by the same producer (`transaction.boundary=poll`), or
 //! every batch of an interval (`interval`). Starting an instance initialises its id, which
 //! fences the task's previous instance wherever it runs; a fenced instance fails with that
-//! reason. Offsets are read back `read_committed`.
+//! reason. Offsets are read back `read_committed`. A commit that is never answered is
+//! looked up (a new producer with the id, then the offsets topic) before its batch is
+//! either counted delivered or sent again.
 //!
 //! Topics are made on first use with `topic.creation.default.partitions` and
 //! `.replication.factor` (KIP-158). A declared tenant's topics are `<tenant>.<topic>`, so
@@ -324,8 +326,19 @@ impl Destination for AtLeastOnceTask {
     }
 }
 
-/// How long transactional calls (init, commit, abort) may take.
+/// How long transactional calls (init, abort) may take, and Sluice's
+/// `transaction.timeout.ms`.
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long one try at committing is waited for: the producer's `transaction.timeout.ms`
+/// (a `producer.override`, else Sluice's 60 s), after which the coordinator would abort a
+/// transaction it has not been asked to commit.
+fn commit_wait(overrides: &BTreeMap<String, String>) -> Duration {
+    overrides
+        .get("transaction.timeout.ms")
+        .and_then(|ms| ms.parse().ok())
+        .map_or(TRANSACTION_TIMEOUT, Duration::from_millis)
+}
 
 /// KIP-618's `<group.id>-<connector>-<task>`, the connector qualified by its tenant.
 pub fn transactional_id(kafka: &KafkaConfig, ns: &Namespace, task: u32) -> String {
@@ -344,7 +357,7 @@ fn transactional_producer(
             ("acks", "all"),
             ("partitioner", "murmur2_random"),
             ("transactional.id", id),
-            ("transaction.timeout.ms", "60000"),
+            ("transaction.timeout.ms", &TRANSACTION_TIMEOUT.as_millis().to_string()),
         ],
     );
     for (key, value) in overrides {
@@ -362,6 +375,7 @@ struct TransactionalTask {
     /// The connector's topic names and creation.
     topics: Arc<TopicMaker>,
     boundary: TransactionBoundary,
+    commit_wait: Duration,
     /// Makes (and initialises) this task's producer again when one cannot finish an abort.
     new_producer: Box<dyn Fn() -> anyhow::Result<FutureProducer<KafkaLog>> + Send + Sync>,
     state: Mutex<TransactionState>,
@@ -370,6 +384,17 @@ struct TransactionalTask {
 struct TransactionState {
     producer: FutureProducer<KafkaLog>,
     open: Option<OpenTransaction>,
+    /// A transaction whose commit was asked for but never answered: the coordinator may
+    /// have committed it or not. Looked up ([`TransactionalTask::settle`]) before anything
+    /// else is sent: sending its batch again blindly could write it twice, and resuming
+    /// from the offsets known before it could too.
+    unsettled: Option<OpenTransaction>,
+}
+
+/// What a transaction whose commit went unanswered turned out to be.
+enum Settled {
+    Committed,
+    Aborted,
 }
 
 struct OpenTransaction {
@@ -394,8 +419,9 @@ impl TransactionalTask {
             backend,
             topics: parent.topics.clone(),
             boundary: parent.settings.transaction_boundary,
+            commit_wait: commit_wait(&parent.overrides),
             new_producer,
-            state: Mutex::new(TransactionState { producer, open: None }),
+            state: Mutex::new(TransactionState { producer, open: None, unsettled: None }),
         })
     }
 
@@ -404,7 +430,7 @@ impl TransactionalTask {
         let mut attempts = 0;
         let committed = loop {
             attempts += 1;
-            match state.producer.commit_transaction(TRANSACTION_TIMEOUT) {
+            match state.producer.commit_transaction(self.commit_wait) {
                 // A commit that timed out or hit a passing error may simply be called again.
                 Err(KafkaError::Transaction(e)) if e.is_retriable() && attempts < 3 => continue,
                 Err(KafkaError::Flush(_)) if attempts < 3 => continue,
@@ -417,22 +443,81 @@ impl TransactionalTask {
                 Ok(())
             }
             Err(e) => {
+                // An error that needs an abort (librdkafka's `txn_requires_abort`) is an
+                // answer: the transaction cannot commit. Any other (the commit timed out
+                // every time) leaves the outcome unknown.
+                let answered = matches!(&e, KafkaError::Transaction(e) if e.txn_requires_abort());
                 let error = classify(&self.id, e);
                 if !RetriableDelivery::is(&error) {
                     return Err(error);
                 }
-                // Nothing of it is visible to read_committed readers, and its offsets were
-                // not committed: the batch is sent again in a new transaction.
-                self.abort(state)?;
-                match self.boundary {
-                    TransactionBoundary::Poll => Err(error),
-                    // Earlier batches of the aborted transaction are gone from this task's
-                    // memory: it restarts from the committed offsets instead.
-                    TransactionBoundary::Interval(_) => Err(anyhow::anyhow!(
-                        "the transaction was aborted ({error:#}); the task resumes from its committed offsets when restarted"
-                    )),
+                if answered {
+                    // Nothing of it is visible to read_committed readers, and its offsets
+                    // were not committed: the batch is sent again in a new transaction.
+                    self.abort(state)?;
+                    return Err(self.aborted(error));
+                }
+                tracing::warn!(
+                    "{error:#}: the commit's outcome is not known; looking it up before anything is sent again"
+                );
+                let partitions: Vec<String> = transaction.offsets.iter().map(|(p, _)| p.clone()).collect();
+                self.backend.doubt_offsets(ns, &partitions);
+                state.unsettled = Some(transaction);
+                match self.settle(ns, state)? {
+                    Settled::Committed => Ok(()),
+                    Settled::Aborted => Err(self.aborted(error)),
                 }
             }
+        }
+    }
+
+    /// The error for a transaction that did not commit: with `transaction.boundary=poll`
+    /// it held only the batch being delivered, which is sent again; with `interval` it
+    /// also held batches the runner already counted as delivered, so the task resumes
+    /// from its committed offsets instead.
+    fn aborted(&self, error: anyhow::Error) -> anyhow::Error {
+        match self.boundary {
+            TransactionBoundary::Poll => error,
+            TransactionBoundary::Interval(_) => anyhow::anyhow!(
+                "the transaction was aborted ({error:#}); the task resumes from its committed offsets when restarted"
+            ),
+        }
+    }
+
+    /// Finds out what became of the transaction whose commit went unanswered: a new
+    /// producer with this task's `transactional.id` starts only once the coordinator has
+    /// finished it (completing a commit it had been asked for, aborting it otherwise), and
+    /// then the offsets topic, read `read_committed`, holds its offsets or not. Until both
+    /// work, it stays unsettled and the batch waits (a retriable error).
+    fn settle(&self, ns: &Namespace, state: &mut TransactionState) -> anyhow::Result<Settled> {
+        let Some(transaction) = &state.unsettled else { return Ok(Settled::Aborted) };
+        // Fenced (another instance took over): the task fails, and the offsets stay
+        // doubtful, so whoever reads them next reads the topic.
+        state.producer = (self.new_producer)()?;
+        let mut last: BTreeMap<&str, &str> = BTreeMap::new();
+        for (partition, offset) in &transaction.offsets {
+            last.insert(partition, offset);
+        }
+        let partitions: Vec<String> = last.keys().map(|p| p.to_string()).collect();
+        let found = self.backend.reread_offsets(ns, &partitions).map_err(|e| {
+            RetriableDelivery::wrap(format!(
+                "transactional.id {}: the outcome of a commit is not known yet ({e:#}); it is looked up again before anything is sent",
+                self.id
+            ))
+        })?;
+        // A transaction with no offsets cannot be told apart: its records are sent again
+        // (at least once, as without exactly-once).
+        let committed = !last.is_empty()
+            && last.values().zip(&found).all(|(offset, found)| {
+                found.as_deref() == crate::storage::json::canonical_object(offset).ok().as_deref()
+            });
+        state.unsettled = None;
+        if committed {
+            tracing::info!("transactional.id {}: the unanswered commit had committed", self.id);
+            Ok(Settled::Committed)
+        } else {
+            tracing::warn!("transactional.id {}: the unanswered commit had not committed; sending again", self.id);
+            Ok(Settled::Aborted)
         }
     }
 
@@ -488,6 +573,17 @@ impl Destination for TransactionalTask {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
         let mut state = self.state.lock().unwrap();
+        if state.unsettled.is_some() {
+            // The batch the runner gives again after an unanswered commit is the last one
+            // of that transaction: delivered if it committed.
+            match self.settle(ns, &mut state)? {
+                Settled::Committed => return Ok(()),
+                Settled::Aborted if matches!(self.boundary, TransactionBoundary::Interval(_)) => {
+                    return Err(self.aborted(anyhow::anyhow!("its commit went unanswered")));
+                }
+                Settled::Aborted => {}
+            }
+        }
         if state.open.is_none() {
             if let Err(e) = state.producer.begin_transaction() {
                 let error = classify(&self.id, e);
@@ -537,6 +633,14 @@ impl Destination for TransactionalTask {
 
     fn flush(&self, ns: &Namespace) -> anyhow::Result<()> {
         let mut state = self.state.lock().unwrap();
+        // With `transaction.boundary=poll` the runner still holds the unsettled batch and
+        // sends it again if it did not commit.
+        if state.unsettled.is_some()
+            && matches!(self.settle(ns, &mut state)?, Settled::Aborted)
+            && matches!(self.boundary, TransactionBoundary::Interval(_))
+        {
+            return Err(self.aborted(anyhow::anyhow!("its commit went unanswered")));
+        }
         self.commit(ns, &mut state)
     }
 }

@@ -24,7 +24,7 @@
 //! connector name has no `/`, so no tenant's connector can forge another's key, and the
 //! `default` tenant's keys are exactly Connect's.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -308,11 +308,16 @@ impl TopicView {
 
 /// The three stores on one cluster.
 pub struct KafkaBackend {
+    /// The cluster, to read the offsets topic again (`reread_offsets`).
+    kafka: KafkaConfig,
     offsets_topic_name: String,
     offsets_topic: TopicView,
     configs_topic: TopicView,
     statuses_topic: TopicView,
     offsets: Mutex<BTreeMap<(Namespace, String), String>>,
+    /// Partitions whose offsets a transaction may or may not have committed (its commit's
+    /// answer never came): read from the topic again before they are read here.
+    doubtful: Mutex<BTreeSet<(Namespace, String)>>,
     configs: Mutex<BTreeMap<Namespace, StoredConfig>>,
     statuses: Mutex<BTreeMap<Namespace, ConnectorStatus>>,
     active_topics: Mutex<BTreeMap<Namespace, BTreeMap<String, ActiveTopic>>>,
@@ -352,11 +357,13 @@ impl KafkaBackend {
         .context("[kafka]: cannot make a producer")?;
         let view = |topic: &InternalTopic| TopicView { topic: topic.name.clone(), producer: producer.clone() };
         let backend = KafkaBackend {
+            kafka: kafka.clone(),
             offsets_topic_name: kafka.offsets.name.clone(),
             offsets_topic: view(&kafka.offsets),
             configs_topic: view(&kafka.configs),
             statuses_topic: view(&kafka.statuses),
             offsets: Mutex::default(),
+            doubtful: Mutex::default(),
             configs: Mutex::default(),
             statuses: Mutex::default(),
             active_topics: Mutex::default(),
@@ -379,11 +386,71 @@ impl KafkaBackend {
     }
 
     /// Offsets a transaction that also held their records committed.
+    /// (A later commit's offsets are certain: they end any doubt about an earlier one's.)
     pub fn remember_offsets(&self, ns: &Namespace, offsets: &[(String, String)]) {
         let mut stored = self.offsets.lock().unwrap();
+        let mut doubtful = self.doubtful.lock().unwrap();
         for (partition, offset) in offsets {
-            stored.insert((ns.clone(), partition.clone()), offset.clone());
+            let key = (ns.clone(), partition.clone());
+            doubtful.remove(&key);
+            stored.insert(key, offset.clone());
         }
+    }
+
+    /// Marks `partitions` of `ns` as perhaps committed by a transaction whose outcome is not
+    /// known: until [`Self::reread_offsets`] reads them again, reading them reads the topic.
+    pub fn doubt_offsets(&self, ns: &Namespace, partitions: &[String]) {
+        let mut doubtful = self.doubtful.lock().unwrap();
+        doubtful.extend(partitions.iter().map(|p| (ns.clone(), p.clone())));
+    }
+
+    /// Reads the offsets topic to its end again (`read_committed`, so a transaction counts
+    /// once its coordinator has finished it) and keeps what it says of `partitions` of
+    /// `ns`, no longer doubtful; returns their offsets in order.
+    pub fn reread_offsets(&self, ns: &Namespace, partitions: &[String]) -> anyhow::Result<Vec<Option<String>>> {
+        let mut latest: BTreeMap<&str, Option<String>> = partitions.iter().map(|p| (p.as_str(), None)).collect();
+        for (key, value) in TopicView::read_to_end(&self.kafka, &self.offsets_topic_name)? {
+            let Some((key_ns, partition)) = parse_offset_key(&key) else { continue };
+            if key_ns != *ns {
+                continue;
+            }
+            if let Some(slot) = latest.get_mut(partition.as_str()) {
+                *slot =
+                    value.and_then(|v| String::from_utf8(v).ok()).and_then(|v| super::json::canonical_object(&v).ok());
+            }
+        }
+        let mut offsets = self.offsets.lock().unwrap();
+        let mut doubtful = self.doubtful.lock().unwrap();
+        for (partition, offset) in &latest {
+            let key = (ns.clone(), partition.to_string());
+            doubtful.remove(&key);
+            match offset {
+                Some(offset) => offsets.insert(key, offset.clone()),
+                None => offsets.remove(&key),
+            };
+        }
+        Ok(partitions.iter().map(|p| latest[p.as_str()].clone()).collect())
+    }
+
+    /// Reads again those of `partitions` (all of `ns`'s when `None`) that are doubtful.
+    fn settle_doubts(&self, ns: &Namespace, partitions: Option<&[String]>) -> anyhow::Result<()> {
+        let doubtful: Vec<String> = self
+            .doubtful
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(n, p)| n == ns && partitions.is_none_or(|wanted| wanted.contains(p)))
+            .map(|(_, p)| p.clone())
+            .collect();
+        if !doubtful.is_empty() {
+            self.reread_offsets(ns, &doubtful)?;
+        }
+        Ok(())
+    }
+
+    fn has_doubts(&self, ns: &Namespace, partitions: &[String]) -> bool {
+        let doubtful = self.doubtful.lock().unwrap();
+        partitions.iter().any(|p| doubtful.contains(&(ns.clone(), p.clone())))
     }
 
     fn apply_offset(&self, key: &[u8], value: Option<&[u8]>) {
@@ -557,12 +624,16 @@ fn target_state_record(state: TargetState) -> Value {
 
 impl OffsetStore for KafkaBackend {
     fn offsets(&self, ns: &Namespace, partitions: &[String]) -> anyhow::Result<Vec<Option<String>>> {
+        self.settle_doubts(ns, Some(partitions))?;
         let offsets = self.offsets.lock().unwrap();
         Ok(partitions.iter().map(|p| offsets.get(&(ns.clone(), p.clone())).cloned()).collect())
     }
 
-    /// Kept in memory: always at once.
+    /// Kept in memory: at once, unless a doubtful one needs the topic read again.
     fn offsets_at_once(&self, ns: &Namespace, partitions: &[String]) -> Option<anyhow::Result<Vec<Option<String>>>> {
+        if self.has_doubts(ns, partitions) {
+            return None;
+        }
         Some(self.offsets(ns, partitions))
     }
 
@@ -579,6 +650,7 @@ impl OffsetStore for KafkaBackend {
     }
 
     fn all_offsets(&self, ns: &Namespace) -> anyhow::Result<Vec<(String, String)>> {
+        self.settle_doubts(ns, None)?;
         let offsets = self.offsets.lock().unwrap();
         Ok(offsets.iter().filter(|((n, _), _)| n == ns).map(|((_, p), o)| (p.clone(), o.clone())).collect())
     }
