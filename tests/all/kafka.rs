@@ -286,8 +286,10 @@ fn doubtful_offsets_are_read_from_the_topic_again() {
     let ns = Namespace::new(DEFAULT_TENANT, "eos");
     let partitions = [r#"{"counter":0}"#.to_string()];
     backend.commit_offsets(&ns, &[(partitions[0].clone(), r#"{"seq":1}"#.into())]).unwrap();
+    // Written behind the worker's back, to the key's partition (as Connect's partitioner
+    // places it), as a transaction whose commit went unanswered would have.
     let producer: rdkafka::producer::BaseProducer =
-        ClientConfig::new().set("bootstrap.servers", &bootstrap).create().unwrap();
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("partitioner", "murmur2_random").create().unwrap();
     let key = offset_key(&ns, &partitions[0]).unwrap();
     producer
         .send(rdkafka::producer::BaseRecord::to("sluice-offsets").key(key.as_slice()).payload(r#"{"seq": 2}"#))

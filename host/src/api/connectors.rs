@@ -319,7 +319,9 @@ pub async fn patch_config(
     name_matches_url(&patch, &name)?;
     let ns = caller.namespace(&name)?;
     let refused = |e: ApiError| HerderError::Refused(e.message);
-    let config = state
+    // The patched config, kept to name every problem in it when it is refused.
+    let mut patched = None;
+    let result = state
         .herder
         .patch_config(&ns, |current| {
             let mut values = config_body(&caller, current).as_object().cloned().expect("a config is an object");
@@ -330,11 +332,16 @@ pub async fn patch_config(
                 };
             }
             let (_, config) = new_config(&caller, &name, &values).map_err(refused)?;
+            patched = Some(config.clone());
             config.check()?;
             Ok(config)
         })
-        .await?;
-    created(&state, &caller, &ns, &config, StatusCode::OK).await
+        .await;
+    match (result, patched) {
+        (Ok(config), _) => created(&state, &caller, &ns, &config, StatusCode::OK).await,
+        (Err(error), Some(config)) => Err(every_problem(&state, &config, error).await),
+        (Err(error), None) => Err(error.into()),
+    }
 }
 
 /// `GET /connectors/{name}/status`

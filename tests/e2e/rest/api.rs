@@ -61,6 +61,16 @@ fn the_connector_lifecycle_answers_as_kafka_connect_does() {
         assert!(message.contains("\ntasks.max: ") && message.contains("\nbatch.size: "), "{method}: {message}");
     }
     server.get("/connectors/two").assert_error(404);
+    // A PATCH that would leave the config with several errors names each, and changes nothing.
+    let patch = json!({ "tasks.max": "0", "batch.size": "many" }).to_string();
+    let message = server.call("PATCH", "/connectors/a/config", None, Some(&patch)).assert_error(400);
+    assert!(
+        message.starts_with("Connector configuration is invalid and contains the following 2 error(s):\n"),
+        "{message}"
+    );
+    assert!(message.contains("\ntasks.max: ") && message.contains("\nbatch.size: "), "{message}");
+    assert_eq!(server.get("/connectors/a/config").json()["records.per.second"], "200");
+    assert!(server.get("/connectors/a/config").json().get("batch.size").is_none());
     // A topic Kafka would refuse is refused when the connector is created, naming the key.
     let spaced = server.call("POST", "/connectors", None, Some(&counter("spaced", json!({ "topic": "app logs" }))));
     let message = spaced.assert_error(400);
