@@ -545,6 +545,53 @@ async fn a_commit_whose_answer_never_came_is_looked_up_not_sent_again() {
     assert_eq!(records.len(), 1000, "the unanswered transaction's batch was written twice");
 }
 
+/// `transaction.boundary=interval`: a transaction holds several batches the runner has
+/// counted as delivered. When it fails part way (the broker refuses it its partitions,
+/// so it cannot commit), the abort takes back all of them: sending only the last one again
+/// would lose the others, so the task fails saying it resumes from its committed offsets,
+/// and restarted it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interval_transaction_aborted_part_way_resumes_from_its_committed_offsets() {
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let host = exactly_once_host(&bootstrap).await;
+    let config = connector(
+        "eos",
+        "counter",
+        &[
+            ("topic", "numbers"),
+            ("record.count", "0"),
+            ("records.per.second", "2000"),
+            ("exactly.once.support", "required"),
+            ("batch.size", "100"),
+            ("transaction.boundary", "interval"),
+            ("transaction.boundary.interval.ms", "1500"),
+        ],
+    );
+    host.start(config).await;
+    wait_until("a first transaction committed", || committed_seq(&host, "eos")).await;
+    cluster.request_errors(
+        rdkafka::types::RDKafkaApiKey::AddPartitionsToTxn,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED],
+    );
+    let failed = host.wait_task("eos", 0, State::Failed).await;
+    let trace = failed.trace.unwrap_or_default();
+    assert!(trace.contains("resumes from its committed offsets"), "{trace}");
+    let at_failure = committed_seq(&host, "eos").unwrap();
+    host.herder.restart_task(&Namespace::new(DEFAULT_TENANT, "eos"), 0).await.unwrap();
+    wait_until("commits after the restart", || committed_seq(&host, "eos").filter(|s| *s > at_failure + 1000)).await;
+    assert_eq!(host.status("eos").unwrap().tasks[0].state, State::Running);
+    let resumed_at = committed_seq(&host, "eos").unwrap();
+    host.herder.shutdown().await;
+    // The aborted transaction's records never reached the broker (their partitions were
+    // refused it, and the abort purged them): only resuming from the committed offsets
+    // writes them at all.
+    let records = read_topic(&bootstrap, "numbers", resumed_at as usize);
+    let seqs = distinct_seqs(&records);
+    let missing: Vec<u64> = (0..=resumed_at).filter(|seq| seqs.binary_search(seq).is_err()).collect();
+    assert!(missing.is_empty(), "records lost: {} from {:?}", missing.len(), missing.first());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_task_fails_with_the_reason_and_commits_nothing_more() {
     let cluster = mock_cluster();
