@@ -304,6 +304,22 @@ fn doubtful_offsets_are_read_from_the_topic_again() {
     assert_eq!(backend.all_offsets(&ns).unwrap(), vec![(partitions[0].clone(), r#"{"seq":2}"#.to_string())]);
 }
 
+/// A task instance given up on may still be working when the task's next instance starts:
+/// the next one's claim on the `transactional.id` tells the old one not to initialise the
+/// id again (that would fence the new one), and leaves the other tasks' claims alone.
+#[test]
+fn a_new_instance_claims_its_transactional_id_from_the_old_one() {
+    use std::sync::atomic::Ordering;
+    let cluster = mock_cluster();
+    let backend = KafkaBackend::open(&kafka_config(&cluster.bootstrap_servers())).unwrap();
+    let old = backend.claim_transactional_id("sluice-eos-0");
+    let other = backend.claim_transactional_id("sluice-eos-1");
+    assert!(!old.load(Ordering::Acquire));
+    let new = backend.claim_transactional_id("sluice-eos-0");
+    assert!(old.load(Ordering::Acquire), "the old instance is told");
+    assert!(!new.load(Ordering::Acquire) && !other.load(Ordering::Acquire));
+}
+
 /// `<task>-<seq>` of a counter record (its value without the padding).
 fn counter_id(value: &[u8]) -> String {
     String::from_utf8_lossy(value).trim_end_matches('.').to_string()

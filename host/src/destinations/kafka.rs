@@ -245,8 +245,11 @@ impl Destination for KafkaDestination {
         for task in tasks {
             // Initialising the id bumps its epoch: an instance of the task still alive
             // somewhere can no longer commit.
-            let producer =
-                transactional_producer(&self.kafka, &self.overrides, &transactional_id(&self.kafka, ns, task))?;
+            let id = transactional_id(&self.kafka, ns, task);
+            if let Some(backend) = &self.exactly_once {
+                backend.claim_transactional_id(&id);
+            }
+            let producer = transactional_producer(&self.kafka, &self.overrides, &id)?;
             producer
                 .init_transactions(TRANSACTION_TIMEOUT)
                 .map_err(|e| anyhow::anyhow!("cannot fence the retired task {task}: {e}"))?;
@@ -407,8 +410,17 @@ struct OpenTransaction {
 impl TransactionalTask {
     fn start(parent: &KafkaDestination, backend: Arc<KafkaBackend>, ns: &Namespace, task: u32) -> anyhow::Result<Self> {
         let id = transactional_id(&parent.kafka, ns, task);
+        let superseded = backend.claim_transactional_id(&id);
         let (kafka, overrides, made_id) = (parent.kafka.clone(), parent.overrides.clone(), id.clone());
         let new_producer = Box::new(move || {
+            // An instance given up on may still be working (its commit waiting on a broker
+            // that is away) when the task's next one starts: initialising the id then
+            // would fence the next one.
+            if superseded.load(std::sync::atomic::Ordering::Acquire) {
+                anyhow::bail!(
+                    "transactional.id {made_id}: a newer instance of this task started in this worker; this one stops without a new producer"
+                );
+            }
             let producer = transactional_producer(&kafka, &overrides, &made_id)?;
             producer.init_transactions(TRANSACTION_TIMEOUT).map_err(|e| classify(&made_id, e))?;
             Ok(producer)

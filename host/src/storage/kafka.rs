@@ -24,7 +24,8 @@
 //! connector name has no `/`, so no tenant's connector can forge another's key, and the
 //! `default` tenant's keys are exactly Connect's.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -318,6 +319,8 @@ pub struct KafkaBackend {
     /// Partitions whose offsets a transaction may or may not have committed (its commit's
     /// answer never came): read from the topic again before they are read here.
     doubtful: Mutex<BTreeSet<(Namespace, String)>>,
+    /// Each `transactional.id`'s newest holder in this worker (its flag: superseded).
+    transactional_ids: Mutex<HashMap<String, Arc<AtomicBool>>>,
     configs: Mutex<BTreeMap<Namespace, StoredConfig>>,
     statuses: Mutex<BTreeMap<Namespace, ConnectorStatus>>,
     active_topics: Mutex<BTreeMap<Namespace, BTreeMap<String, ActiveTopic>>>,
@@ -364,6 +367,7 @@ impl KafkaBackend {
             statuses_topic: view(&kafka.statuses),
             offsets: Mutex::default(),
             doubtful: Mutex::default(),
+            transactional_ids: Mutex::default(),
             configs: Mutex::default(),
             statuses: Mutex::default(),
             active_topics: Mutex::default(),
@@ -395,6 +399,17 @@ impl KafkaBackend {
             doubtful.remove(&key);
             stored.insert(key, offset.clone());
         }
+    }
+
+    /// Claims `id` for a new task instance (or a retirement): the previous holder's flag is
+    /// raised, so that it no longer initialises the id itself (recovering from an abort or
+    /// an unanswered commit), which would fence the newer one.
+    pub fn claim_transactional_id(&self, id: &str) -> Arc<AtomicBool> {
+        let superseded = Arc::new(AtomicBool::new(false));
+        if let Some(previous) = self.transactional_ids.lock().unwrap().insert(id.to_string(), superseded.clone()) {
+            previous.store(true, Ordering::Release);
+        }
+        superseded
     }
 
     /// Marks `partitions` of `ns` as perhaps committed by a transaction whose outcome is not
