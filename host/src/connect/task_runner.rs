@@ -69,6 +69,11 @@ const SLOW_DELIVERY: Duration = Duration::from_secs(5);
 /// How long a task that gave up on a batch at its stop deadline waits for that batch's
 /// commit if it was already under way (see [`CommitGate`]).
 const COMMIT_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a stopping task waits, once its gate is shut, for the answer of a delivery
+/// that may have committed just before: the lane thread sends it right after the write
+/// returns. A write still running (a slow disk, a broker away) is not waited for.
+const ANSWER_GRACE: Duration = Duration::from_millis(100);
 /// Waits between tries of a batch the destination could not take for now (1 s doubling
 /// to 30 s).
 const DELIVERY_RETRY_BACKOFF: RestartPolicy =
@@ -707,11 +712,13 @@ async fn settle_delivery(
                             if tokio::time::timeout(COMMIT_GRACE, gate.shut()).await.is_err() {
                                 tracing::warn!(connector = %connector, task = spec.task, "the last batch's commit was still under way {COMMIT_GRACE:?} after the stop deadline; stopping without it");
                             }
-                            // It may have committed just before the gate shut.
-                            match handed_over.try_recv() {
-                                Ok(Attempt::Failed(e)) if e.chain().any(|e| e.is::<DeliveryAbandoned>()) => {}
-                                Ok(attempt) => break Ok(attempt),
-                                Err(_) => {}
+                            // It may have committed just before the gate shut, its answer
+                            // on its way back: worth a short wait, so that a batch that was
+                            // written is counted and not said to be sent again.
+                            match tokio::time::timeout(ANSWER_GRACE, &mut handed_over).await {
+                                Ok(Ok(Attempt::Failed(e))) if e.chain().any(|e| e.is::<DeliveryAbandoned>()) => {}
+                                Ok(Ok(attempt)) => break Ok(attempt),
+                                Ok(Err(_)) | Err(_) => {}
                             }
                             tracing::warn!(connector = %connector, task = spec.task, "the destination did not take the last batch by the stop deadline; it is sent again after a restart");
                             return Delivery::Abandoned;
