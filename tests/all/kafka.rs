@@ -453,12 +453,16 @@ async fn exactly_once_host(bootstrap: &str) -> TestHost {
     TestHost::with_tenants(&["counter"], &toml).await
 }
 
-fn exactly_once_counter(name: &str, count: &str) -> sluice::config::ConnectorConfig {
-    connector(
-        name,
-        "counter",
-        &[("topic", "numbers"), ("record.count", count), ("exactly.once.support", "required"), ("batch.size", "100")],
-    )
+/// A counter into `numbers` with exactly-once, batches of 100, and `more` settings.
+fn exactly_once_counter(name: &str, count: &str, more: &[(&str, &str)]) -> sluice::config::ConnectorConfig {
+    let mut settings = vec![
+        ("topic", "numbers"),
+        ("record.count", count),
+        ("exactly.once.support", "required"),
+        ("batch.size", "100"),
+    ];
+    settings.extend_from_slice(more);
+    connector(name, "counter", &settings)
 }
 
 fn committed_seq(host: &TestHost, connector: &str) -> Option<u64> {
@@ -472,7 +476,7 @@ async fn exactly_once_writes_records_and_offsets_in_transactions() {
     let cluster = mock_cluster();
     let bootstrap = cluster.bootstrap_servers();
     let host = exactly_once_host(&bootstrap).await;
-    host.start(exactly_once_counter("eos", "2000")).await;
+    host.start(exactly_once_counter("eos", "2000", &[])).await;
     wait_until("the last offset committed", || committed_seq(&host, "eos").filter(|s| *s == 1999)).await;
     host.herder.shutdown().await;
     let records = read_topic(&bootstrap, "numbers", 2000);
@@ -497,7 +501,7 @@ async fn an_aborted_transaction_is_sent_again_and_nothing_is_lost() {
             rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE,
         ],
     );
-    host.start(exactly_once_counter("eos", "1000")).await;
+    host.start(exactly_once_counter("eos", "1000", &[])).await;
     wait_until("the last offset committed", || committed_seq(&host, "eos").filter(|s| *s == 999)).await;
     assert_eq!(host.status("eos").unwrap().tasks[0].state, State::Running);
     host.herder.shutdown().await;
@@ -520,17 +524,7 @@ async fn a_commit_whose_answer_never_came_is_looked_up_not_sent_again() {
     make_topics(&cluster);
     let bootstrap = cluster.bootstrap_servers();
     let host = exactly_once_host(&bootstrap).await;
-    let config = connector(
-        "eos",
-        "counter",
-        &[
-            ("topic", "numbers"),
-            ("record.count", "1000"),
-            ("exactly.once.support", "required"),
-            ("batch.size", "100"),
-            ("producer.override.transaction.timeout.ms", "1000"),
-        ],
-    );
+    let config = exactly_once_counter("eos", "1000", &[("producer.override.transaction.timeout.ms", "1000")]);
     // The first three EndTxn are answered after 8 s: librdkafka sends the request again
     // when one times out (after the commit call's one second), and the task tries three
     // times.
@@ -571,15 +565,11 @@ async fn an_interval_transaction_aborted_part_way_resumes_from_its_committed_off
     let cluster = mock_cluster();
     let bootstrap = cluster.bootstrap_servers();
     let host = exactly_once_host(&bootstrap).await;
-    let config = connector(
+    let config = exactly_once_counter(
         "eos",
-        "counter",
+        "0",
         &[
-            ("topic", "numbers"),
-            ("record.count", "0"),
             ("records.per.second", "2000"),
-            ("exactly.once.support", "required"),
-            ("batch.size", "100"),
             ("transaction.boundary", "interval"),
             ("transaction.boundary.interval.ms", "1500"),
         ],
@@ -613,7 +603,7 @@ async fn a_fenced_task_fails_with_the_reason_and_commits_nothing_more() {
     let cluster = mock_cluster();
     let bootstrap = cluster.bootstrap_servers();
     let host = exactly_once_host(&bootstrap).await;
-    host.start(exactly_once_counter("eos", "0")).await;
+    host.start(exactly_once_counter("eos", "0", &[])).await;
     wait_until("some offsets committed", || committed_seq(&host, "eos").filter(|s| *s > 300)).await;
     // Another instance with this task's transactional.id bumped the epoch.
     cluster.request_errors(
@@ -646,7 +636,7 @@ async fn a_task_fenced_at_start_fails_with_the_reason() {
         rdkafka::types::RDKafkaApiKey::InitProducerId,
         &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH],
     );
-    host.start(exactly_once_counter("eos", "0")).await;
+    host.start(exactly_once_counter("eos", "0", &[])).await;
     let failed = host.wait_task("eos", 0, State::Failed).await;
     assert!(failed.trace.as_deref().is_some_and(|t| t.contains("fenced")), "{failed:?}");
     host.herder.shutdown().await;

@@ -496,6 +496,23 @@ impl TransactionalTask {
         }
     }
 
+    /// Settles an unanswered commit, if there is one, before anything else is sent or
+    /// committed: whether it had committed. One that had not is an error with `interval`
+    /// (its earlier batches are gone, see [`Self::aborted`]); with `poll` the runner still
+    /// holds its one batch and sends it again.
+    fn settle_first(&self, ns: &Namespace, state: &mut TransactionState) -> anyhow::Result<bool> {
+        if state.unsettled.is_none() {
+            return Ok(false);
+        }
+        match (self.settle(ns, state)?, self.boundary) {
+            (Settled::Committed, _) => Ok(true),
+            (Settled::Aborted, TransactionBoundary::Interval(_)) => {
+                Err(self.aborted(anyhow::anyhow!("its commit went unanswered")))
+            }
+            (Settled::Aborted, TransactionBoundary::Poll) => Ok(false),
+        }
+    }
+
     /// Finds out what became of the transaction whose commit went unanswered: a new
     /// producer with this task's `transactional.id` starts only once the coordinator has
     /// finished it (completing a commit it had been asked for, aborting it otherwise), and
@@ -585,16 +602,10 @@ impl Destination for TransactionalTask {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
         let mut state = self.state.lock().unwrap();
-        if state.unsettled.is_some() {
-            // The batch the runner gives again after an unanswered commit is the last one
-            // of that transaction: delivered if it committed.
-            match self.settle(ns, &mut state)? {
-                Settled::Committed => return Ok(()),
-                Settled::Aborted if matches!(self.boundary, TransactionBoundary::Interval(_)) => {
-                    return Err(self.aborted(anyhow::anyhow!("its commit went unanswered")));
-                }
-                Settled::Aborted => {}
-            }
+        // The batch the runner gives again after an unanswered commit is the last one of
+        // that transaction: delivered if it committed.
+        if self.settle_first(ns, &mut state)? {
+            return Ok(());
         }
         if state.open.is_none() {
             if let Err(e) = state.producer.begin_transaction() {
@@ -645,14 +656,7 @@ impl Destination for TransactionalTask {
 
     fn flush(&self, ns: &Namespace) -> anyhow::Result<()> {
         let mut state = self.state.lock().unwrap();
-        // With `transaction.boundary=poll` the runner still holds the unsettled batch and
-        // sends it again if it did not commit.
-        if state.unsettled.is_some()
-            && matches!(self.settle(ns, &mut state)?, Settled::Aborted)
-            && matches!(self.boundary, TransactionBoundary::Interval(_))
-        {
-            return Err(self.aborted(anyhow::anyhow!("its commit went unanswered")));
-        }
+        self.settle_first(ns, &mut state)?;
         self.commit(ns, &mut state)
     }
 }
