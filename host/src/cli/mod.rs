@@ -418,15 +418,19 @@ async fn run(
     // the others (with --listen they load in the background, for the API).
     let used: std::collections::BTreeSet<String> =
         configs.iter().filter_map(|c| c.plugin().ok().map(String::from)).collect();
-    let herder = Arc::new(Herder::open_for_plugins(worker, data_dir, plugin_path, Some(&used)).await?);
+    let listener = match listen {
+        Some(addr) => Some(serve::ApiServer::bind(addr).await?),
+        None => None,
+    };
+    let listening = listener.as_ref().map(|l| l.local_addr()).transpose()?;
+    let herder = Arc::new(Herder::open_for_plugins(worker, data_dir, plugin_path, Some(&used), listening).await?);
     // Every config, quotas included, is checked before any connector starts.
     let admitted = match herder.validate_all(&configs).await {
         Ok(admitted) => admitted,
         Err(e) => return Ok(config_error(&e)),
     };
-    // Bound before anything starts, so a taken port stops nothing half way.
-    let server = match listen {
-        Some(addr) => Some(serve::ApiServer::start(herder.clone(), &data, addr).await?),
+    let server = match listener {
+        Some(listener) => Some(serve::ApiServer::start(herder.clone(), &data, listener).await?),
         None => None,
     };
     for (config, admitted) in configs.into_iter().zip(admitted) {

@@ -48,9 +48,14 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    /// Binds `addr` and serves the herder's API; prints where, for people and scripts.
-    pub async fn start(herder: Arc<Herder>, data_dir: &DataDir, addr: SocketAddr) -> anyhow::Result<ApiServer> {
-        let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} (--listen)"))?;
+    /// Binds `addr`, before the worker starts: a taken port stops nothing half way, and the
+    /// port is known for the worker's id.
+    pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+        TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} (--listen)"))
+    }
+
+    /// Serves the herder's API on `listener`; prints where, for people and scripts.
+    pub async fn start(herder: Arc<Herder>, data_dir: &DataDir, listener: TcpListener) -> anyhow::Result<ApiServer> {
         let local = listener.local_addr()?;
         let state = Arc::new(ApiState { herder, cluster_id: data_dir.cluster_id()?, local });
         let shutdown = Arc::new(Notify::new());
@@ -113,11 +118,13 @@ pub async fn serve(
     // brought back load theirs first, the rest load in the background (the folder's
     // watcher looks at once), and a request naming one not loaded yet loads it.
     let none_yet = std::collections::BTreeSet::new();
-    let herder = Arc::new(Herder::open_for_plugins(worker, data_dir, plugin_path, Some(&none_yet)).await?);
+    let listener = ApiServer::bind(addr).await?;
+    let listening = Some(listener.local_addr()?);
+    let herder = Arc::new(Herder::open_for_plugins(worker, data_dir, plugin_path, Some(&none_yet), listening).await?);
     let restored = herder.restore().await?;
     tracing::info!("{restored} stored connectors brought back in their target states");
     let watcher = watch_plugin_folder(herder.services().clone());
-    let server = ApiServer::start(herder.clone(), &data, addr).await?;
+    let server = ApiServer::start(herder.clone(), &data, listener).await?;
     let exit = wait_for_stop(&herder).await?;
     tracing::info!("stopping: committing offsets");
     server.stop().await;

@@ -151,22 +151,28 @@ impl Herder {
     /// A worker with the stores its config names, in `data_dir`, and the plugins of
     /// `plugin_dir` (compiled through the data directory's cache).
     pub async fn open_with_config(worker: WorkerConfig, data_dir: &Path, plugin_dir: &Path) -> anyhow::Result<Herder> {
-        Self::open_for_plugins(worker, data_dir, plugin_dir, None).await
+        Self::open_for_plugins(worker, data_dir, plugin_dir, None, None).await
     }
 
     /// [`Herder::open_with_config`] that loads only the plugins named in `only` (all when
-    /// `None`); the rest load at the registry's next refresh.
+    /// `None`); the rest load at the registry's next refresh. `listening` is the REST API's
+    /// address, if it serves one: statuses then name this worker `host:port`, as Connect's
+    /// do, and `host:pid` otherwise.
     pub async fn open_for_plugins(
         worker: WorkerConfig,
         data_dir: &Path,
         plugin_dir: &Path,
         only: Option<&std::collections::BTreeSet<String>>,
+        listening: Option<std::net::SocketAddr>,
     ) -> anyhow::Result<Herder> {
         let data_dir = DataDir::new(data_dir);
         let runtime = Runtime::for_worker(&worker.sandbox)?;
         let stores = Stores::open(&worker, &data_dir)?;
         let registry = Arc::new(Registry::load_only(&runtime, plugin_dir, &data_dir.plugin_cache(), only).await?);
-        let worker_id = format!("{}:{}", hostname(), std::process::id());
+        let worker_id = match listening {
+            Some(addr) => format!("{}:{}", hostname(), addr.port()),
+            None => format!("{}:{}", hostname(), std::process::id()),
+        };
         let board = Arc::new(StatusBoard::new(worker_id, stores.statuses().clone()));
         let rates = Arc::new(TenantRates::new(&worker));
         let idle_polls = Arc::new(IdlePolls::new(worker.sandbox.idle_polls_per_second));

@@ -95,7 +95,11 @@ fn the_connector_lifecycle_answers_as_kafka_connect_does() {
     assert_eq!(status["name"], "a");
     assert_eq!(status["type"], "source");
     assert_eq!(status["connector"]["version"], "0.1.0");
-    assert!(status["connector"]["worker_id"].as_str().is_some_and(|w| w.contains(':')));
+    // Connect names a worker by its REST listener's host:port.
+    let port = server.base.rsplit(':').next().unwrap().trim_end_matches('/');
+    let worker_id = status["connector"]["worker_id"].as_str().unwrap();
+    assert!(worker_id.ends_with(&format!(":{port}")), "worker_id {worker_id} does not end with the port {port}");
+    assert_eq!(status["tasks"][0]["worker_id"], worker_id);
     assert_eq!(status["tasks"][0]["id"], 0);
     assert_eq!(status["tasks"][1]["version"], "0.1.0");
 
