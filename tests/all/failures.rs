@@ -107,3 +107,26 @@ async fn failed_connector_restarts_with_backoff() {
     let status = host.wait_state("flaky", State::Running).await;
     assert_eq!(status.connector.trace, None);
 }
+
+/// A changed config restarts the connector and its tasks; when the new connector then
+/// fails to start, no task of the old config is left looking RUNNING while nothing runs
+/// it (nor restartable: Connect's 404 for a task that is not there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connector_whose_new_config_fails_to_start_shows_no_stale_tasks() {
+    let host = TestHost::new(&["testkit"]).await;
+    let config = [("topic", "t"), ("tasks.max", "2")];
+    host.start(connector("changed", "testkit", &config)).await;
+    host.wait_task("changed", 1, State::Running).await;
+    let ns = sluice::storage::Namespace::new(sluice::config::DEFAULT_TENANT, "changed");
+    host.herder
+        .patch_config(&ns, |_| {
+            Ok(connector("changed", "testkit", &[("topic", "t"), ("tasks.max", "2"), ("start.error", "unreachable")]))
+        })
+        .await
+        .unwrap();
+    let status = host.wait_state("changed", State::Failed).await;
+    assert_eq!(status.connector.trace.as_deref(), Some("fatal error: unreachable"));
+    assert!(status.tasks.is_empty(), "tasks of the old config shown after it was replaced: {:?}", status.tasks);
+    let restart = host.herder.restart_task(&ns, 0).await;
+    assert!(matches!(restart, Err(sluice::connect::HerderError::TaskNotFound(..))), "{restart:?}");
+}

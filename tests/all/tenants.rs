@@ -5,6 +5,12 @@ use sluice::storage::Namespace;
 
 use crate::common::*;
 
+/// A config as the API takes it, before its host keys are checked.
+fn unchecked(pairs: &[(&str, &str)]) -> sluice::config::ConnectorConfig {
+    let values = pairs.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
+    sluice::config::ConnectorConfig::from_map(Some("c".into()), &values, "c").unwrap()
+}
+
 fn canonical(dir: &tempfile::TempDir) -> String {
     std::fs::canonicalize(dir.path()).unwrap().display().to_string()
 }
@@ -68,6 +74,40 @@ async fn grants_outside_the_tenant_roots_are_refused() {
             "{error}"
         );
     }
+    // Whether a path outside the roots exists, or is a file or a directory, is nobody's
+    // business of the tenant's: one answer for each, from start and validate alike.
+    std::fs::write(elsewhere.path().join("payroll.csv"), "secret").unwrap();
+    let probes = [
+        outside.clone(),
+        format!("{outside}/payroll.csv"),
+        format!("{outside}/missing.csv"),
+        format!("{}/inbox/../../{}", canonical(&root), elsewhere.path().file_name().unwrap().to_string_lossy()),
+    ];
+    for probe in &probes {
+        let bad =
+            unchecked(&[("connector.class", "counter"), ("tenant", "a"), ("topic", "t"), ("sandbox.fs.read", probe)]);
+        let expected = format!("'{probe}' is outside tenant a's roots ({})", canonical(&root));
+        for error in [host.herder.check(&bad).err().expect("refused"), host.herder.validate(&bad).await.err().unwrap()]
+        {
+            assert_eq!((error.key.as_deref(), error.reason.as_str()), (Some("sandbox.fs.read"), expected.as_str()));
+        }
+        let problems = host.herder.problems(&bad).await;
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].reason, expected);
+    }
+    // Inside the roots the reasons say what is wrong; a root reached through a link is in.
+    let missing = format!("{}/inbox/missing", canonical(&root));
+    let bad =
+        unchecked(&[("connector.class", "counter"), ("tenant", "a"), ("topic", "t"), ("sandbox.fs.read", &missing)]);
+    let error = host.herder.check(&bad).err().expect("refused");
+    assert!(error.reason.contains("cannot be granted"), "{error}");
+    let link = elsewhere.path().join("to-inbox");
+    std::os::unix::fs::symlink(format!("{}/inbox", canonical(&root)), &link).unwrap();
+    let aliased = link.display().to_string();
+    host.herder
+        .validate(&connector("c", "counter", &[("tenant", "a"), ("topic", "t"), ("sandbox.fs.read", &aliased)]))
+        .await
+        .unwrap();
     let unknown = connector("c", "counter", &[("tenant", "nobody"), ("topic", "t")]);
     let error = host.herder.validate(&unknown).await.err().expect("refused");
     assert_eq!(

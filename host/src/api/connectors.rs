@@ -170,7 +170,7 @@ pub async fn create(
         Some(other) => return Err(ApiError::bad_request(format!("initial_state: must be a string, not {other}"))),
     };
     let (ns, config) = new_config(&caller, &name, &values)?;
-    let create = match config.check() {
+    let create = match state.herder.check(&config) {
         Ok(()) => state.herder.create_in(config.clone(), target).await.map(|_| ()),
         Err(error) => Err(error.into()),
     };
@@ -281,7 +281,7 @@ pub async fn put_config(
     };
     name_matches_url(&values, &name)?;
     let (ns, config) = new_config(&caller, &name, &values)?;
-    let put = match config.check() {
+    let put = match state.herder.check(&config) {
         Ok(()) => state.herder.put_config(config.clone()).await,
         Err(error) => Err(error.into()),
     };
@@ -333,7 +333,7 @@ pub async fn patch_config(
             }
             let (_, config) = new_config(&caller, &name, &values).map_err(refused)?;
             patched = Some(config.clone());
-            config.check()?;
+            state.herder.check(&config)?;
             Ok(config)
         })
         .await;

@@ -34,6 +34,9 @@ pub(super) async fn admit(
     running: &[Running],
 ) -> Result<Admitted, ConfigError> {
     let config = &config.with_defaults(&services.worker.defaults);
+    if let Some(problem) = grants_outside_roots(services, config).into_iter().next() {
+        return Err(problem);
+    }
     let mut settings = config.settings()?;
     check_fuel(services, config, &settings)?;
     if let Some(problem) = destination_problems(services, config, &settings).into_iter().next() {
@@ -69,9 +72,14 @@ pub(super) fn recheck_tenant(
 /// `config-def` and everything the plugin's `validate` says.
 pub(super) async fn problems(services: &Services, config: &ConnectorConfig, running: &[Running]) -> Vec<ConfigError> {
     let config = &config.with_defaults(&services.worker.defaults);
-    let mut problems = Vec::new();
+    let mut problems = grants_outside_roots(services, config);
     // A bad host key is reported, then dropped so the next one is looked at.
     let mut probe = config.clone();
+    for problem in &problems {
+        if let Some(key) = &problem.key {
+            probe.values.remove(key);
+        }
+    }
     let mut settings = loop {
         match probe.settings() {
             Ok(settings) => break settings,
@@ -341,6 +349,50 @@ fn nearest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
     // typo of it, but one makes `tasks.mx` into `tasks.max`.
     let close = |d: usize, k: &str| d <= 1.max(key.chars().count().min(k.chars().count()) / 3);
     known.iter().map(|k| (distance(key, k), *k)).filter(|(d, k)| close(*d, k)).min().map(|(_, k)| k)
+}
+
+/// A restricted tenant's directory grants (`sandbox.fs.read`, `sandbox.fs.write`) that name
+/// a place outside its roots, looked at before anything on the host is: whether such a
+/// path exists, or is a file or a directory, gets one answer, so a tenant cannot probe the
+/// host's files outside its roots (another tenant's, say) through the error it is given. A
+/// path inside the roots as typed gets the detailed reasons of the key's own check; one
+/// that leaves them as typed passes only if it leads to a directory inside them (a root
+/// reached through a symbolic link).
+pub(super) fn grants_outside_roots(services: &Services, config: &ConnectorConfig) -> Vec<ConfigError> {
+    let Some(tenant) = services.worker.tenant(config.tenant()) else { return Vec::new() };
+    if tenant.may_grant(std::path::Path::new("/")) {
+        return Vec::new();
+    }
+    let inside = |typed: &str| {
+        let lexical = lexically_absolute(typed).is_some_and(|path| tenant.may_grant(&path));
+        lexical || std::fs::canonicalize(typed).is_ok_and(|path| path.is_dir() && tenant.may_grant(&path))
+    };
+    [SANDBOX_FS_READ, SANDBOX_FS_WRITE]
+        .into_iter()
+        .filter_map(|key| {
+            let list = config.get(key)?;
+            let outside = list.split(',').map(str::trim).filter(|dir| !dir.is_empty()).find(|dir| !inside(dir))?;
+            let reason = format!("'{outside}' is outside tenant {}'s roots ({})", tenant.name, tenant.roots_text());
+            Some(config.error(key, reason))
+        })
+        .collect()
+}
+
+/// `typed` made absolute with `.` and `..` taken away by name alone, without looking at
+/// the filesystem.
+fn lexically_absolute(typed: &str) -> Option<std::path::PathBuf> {
+    use std::path::Component;
+    let mut path = std::path::PathBuf::new();
+    for component in std::path::absolute(typed).ok()?.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                path.pop();
+            }
+            other => path.push(other),
+        }
+    }
+    Some(path)
 }
 
 /// The tenant's rules: it exists, grants stay inside its roots, and its quotas hold.

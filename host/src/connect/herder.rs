@@ -277,6 +277,17 @@ impl Herder {
         self.view().get(ns).map(|v| (v.config.clone(), v.target))
     }
 
+    /// [`ConnectorConfig::check`] (a plugin named, the host's keys parse) after the
+    /// tenant's grants are seen to stay inside its roots, so that parsing them (which looks
+    /// at the filesystem) tells a tenant nothing of paths outside them.
+    pub fn check(&self, config: &ConnectorConfig) -> Result<(), ConfigError> {
+        let config = config.with_defaults(&self.services.worker.defaults);
+        if let Some(problem) = admission::grants_outside_roots(&self.services, &config).into_iter().next() {
+            return Err(problem);
+        }
+        config.check()
+    }
+
     /// Checks a config the way `start` would: host keys, the tenant's rules, the plugin's
     /// `config-def`, and the plugin's own `validate`.
     pub async fn validate(&self, config: &ConnectorConfig) -> Result<Admitted, ConfigError> {
@@ -473,6 +484,10 @@ impl Herder {
                 }
             };
         board.set_connector(ns, State::Unassigned, None);
+        // A new run starts with no task: those of a run before it (an old config's) were
+        // stopped with it, and would otherwise stay on the board looking RUNNING should
+        // this run's connector fail before it starts any.
+        board.retain_tasks(ns, 0);
         let stop_within = settings.sandbox.timeouts.lifecycle;
         let run_plugin = plugin.clone();
         let run = ConnectorRun {

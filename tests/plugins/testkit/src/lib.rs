@@ -7,6 +7,7 @@
 //!   `task-configs` and on every `tick`; when its text changes the connector calls
 //!   `request-task-reconfiguration`, and a `raise_error` member makes it call
 //!   `raise-error`. Without it there are `tasks.max` tasks, `{"task.id": i}`.
+//! - `start.error`: the connector's `start` fails (`fatal`) with this message.
 //! - `observe.file`: on every `tick` the connector writes what the offset reader
 //!   returned for its tasks' partitions, through `offsets` (batch) and `offset` (single).
 //!
@@ -112,7 +113,10 @@ impl ConnectorGuest for Testkit {
 
     fn start(config: Config) -> Result<(), ConnectorError> {
         STATE.with_borrow_mut(|state| state.config = config.into_iter().collect());
-        Ok(())
+        match STATE.with_borrow(|state| state.config.get("start.error").cloned()) {
+            Some(message) => Err(ConnectorError::Fatal(message)),
+            None => Ok(()),
+        }
     }
 
     fn task_configs(max_tasks: u32) -> Result<Vec<Config>, ConnectorError> {
