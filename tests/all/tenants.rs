@@ -87,8 +87,7 @@ async fn grants_outside_the_tenant_roots_are_refused() {
         let bad =
             unchecked(&[("connector.class", "counter"), ("tenant", "a"), ("topic", "t"), ("sandbox.fs.read", probe)]);
         let expected = format!("'{probe}' is outside tenant a's roots ({})", canonical(&root));
-        for error in [host.herder.check(&bad).err().expect("refused"), host.herder.validate(&bad).await.err().unwrap()]
-        {
+        for error in [host.herder.check(&bad).expect_err("refused"), host.herder.validate(&bad).await.err().unwrap()] {
             assert_eq!((error.key.as_deref(), error.reason.as_str()), (Some("sandbox.fs.read"), expected.as_str()));
         }
         let problems = host.herder.problems(&bad).await;
@@ -99,7 +98,7 @@ async fn grants_outside_the_tenant_roots_are_refused() {
     let missing = format!("{}/inbox/missing", canonical(&root));
     let bad =
         unchecked(&[("connector.class", "counter"), ("tenant", "a"), ("topic", "t"), ("sandbox.fs.read", &missing)]);
-    let error = host.herder.check(&bad).err().expect("refused");
+    let error = host.herder.check(&bad).expect_err("refused");
     assert!(error.reason.contains("cannot be granted"), "{error}");
     let link = elsewhere.path().join("to-inbox");
     std::os::unix::fs::symlink(format!("{}/inbox", canonical(&root)), &link).unwrap();
