@@ -36,12 +36,15 @@ async fn bad_files_are_reported_and_the_good_one_loads() {
         wat::parse_str(r#"(component (import "acme:other/api@1.0.0" (instance (export "f" (func)))))"#).unwrap();
     std::fs::write(dir.path().join("other-world.wasm"), other_world).unwrap();
     std::fs::write(dir.path().join("notes.txt"), b"ignored: not a .wasm").unwrap();
+    // Sparse: 3 GB that take no disk, and that the worker must not read whole to refuse.
+    std::fs::File::create(dir.path().join("huge.wasm")).unwrap().set_len(3 << 30).unwrap();
 
     let registry = load(dir.path(), cache.path()).await;
 
     assert_eq!(registry.names(), ["counter"]);
     assert_eq!(registry.get("counter").unwrap().version, "0.1.0");
-    assert_eq!(registry.rejected().len(), 5, "{:?}", registry.rejected());
+    assert_eq!(registry.rejected().len(), 6, "{:?}", registry.rejected());
+    assert_reason(&registry, "huge.wasm", "is 3221.2 MB, more than a plugin file may be (256 MiB)");
     assert_reason(&registry, "garbage.wasm", "not a WebAssembly file");
     assert_reason(&registry, "core.wasm", "core WebAssembly module, not a component");
     assert_reason(&registry, "empty.wasm", "does not export the source-connector world");

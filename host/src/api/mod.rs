@@ -25,7 +25,7 @@ mod plugins;
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -57,6 +57,10 @@ impl ApiState {
 
 /// The largest request body: a connector config is a few KiB.
 const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// How long a request body may pause before the request is refused (Jetty's idle
+/// timeout in Connect).
+const BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The git commit this binary was built from (`GET /`'s `commit`).
 pub const COMMIT: &str = env!("SLUICE_COMMIT");
@@ -120,6 +124,11 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard::refuse_foreign_pages))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // A body that stops coming is given up on, as Connect's Jetty drops a connection
+        // idle for 30 s: otherwise each one left part way holds up to MAX_BODY_BYTES.
+        .layer(axum::middleware::map_request(|request: Request| async move {
+            request.map(|body| Body::new(tower_http::timeout::TimeoutBody::new(BODY_IDLE_TIMEOUT, body)))
+        }))
         // A declared length over the limit is refused before the body is read: a client
         // that sent `Expect: 100-continue` (curl does, for large bodies) then never sends
         // it, and one that did not gets the 413 instead of a connection reset mid-upload.

@@ -323,6 +323,31 @@ impl Registry {
     }
 }
 
+/// The most a plugin file may hold. The largest shipped (Python, with its interpreter) is
+/// about 18 MB; a file far past this is not a connector, and reading it whole to find out
+/// would take the worker's memory.
+pub const MAX_PLUGIN_BYTES: u64 = 256 << 20;
+
+/// A plugin file's bytes, refused without reading it whole when it is larger than
+/// [`MAX_PLUGIN_BYTES`] (or grows past it while being read).
+fn read_bounded(file: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let too_large = |len: u64| {
+        format!("is {:.1} MB, more than a plugin file may be ({} MiB)", len as f64 / 1e6, MAX_PLUGIN_BYTES >> 20)
+    };
+    let opened = std::fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
+    let len = opened.metadata().map_err(|e| format!("cannot read: {e}"))?.len();
+    if len > MAX_PLUGIN_BYTES {
+        return Err(too_large(len));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    opened.take(MAX_PLUGIN_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > MAX_PLUGIN_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
 fn plugin_name(file: &Path) -> Option<String> {
     file.file_stem().and_then(|s| s.to_str()).map(String::from)
 }
@@ -337,7 +362,7 @@ async fn load_plugin(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result
     {
         return Ok(plugin);
     }
-    let bytes = std::fs::read(file).map_err(|e| format!("cannot read: {e}"))?;
+    let bytes = read_bounded(file)?;
     let content = content_hex(&bytes);
     let plugin = inspect_with(runtime, &name, file, &bytes, Some((cache_dir, &content))).await?;
     // Settled when it was read (not when the compile ends): a rewrite after the read then

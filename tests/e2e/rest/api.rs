@@ -457,6 +457,25 @@ fn errors_are_connect_json_and_input_is_taken_liberally() {
     });
 }
 
+/// A client that sends part of a body and then nothing holds no request open for good
+/// (each could hold a megabyte): after 30 s idle it gets Connect's JSON error and the
+/// connection is closed, as Connect's Jetty closes one.
+#[test]
+fn a_body_that_stops_coming_part_way_is_given_up_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), None);
+    let host = server.base.trim_start_matches("http://").to_string();
+    let started = std::time::Instant::now();
+    let (status, body) = server.raw(&format!(
+        "PUT /connectors/stalled/config HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100000\r\n\r\n{{\"connector.class\": \"counter\", \"topic\": \""
+    ));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("not received within"), "{body}");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(29), "given up on before it was idle 30 s");
+    server.get("/connectors/stalled").assert_error(404);
+}
+
 #[test]
 fn another_sites_page_cannot_drive_the_api() {
     let dir = tempfile::tempdir().unwrap();
