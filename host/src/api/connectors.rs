@@ -279,8 +279,9 @@ pub async fn put_config(
     let Value::Object(values) = json_body(&body)? else {
         return Err(ApiError::bad_request("Expected the connector's config: a JSON object of string values"));
     };
-    name_matches_url(&values, &name)?;
+    // The URL's name first: one a tenant may not use is said to be that, not a mismatch.
     let (ns, config) = new_config(&caller, &name, &values)?;
+    name_matches_url(&values, &name)?;
     let put = match state.herder.check(&config) {
         Ok(()) => state.herder.put_config(config.clone()).await,
         Err(error) => Err(error.into()),

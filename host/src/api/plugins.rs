@@ -128,6 +128,15 @@ pub async fn validate(
             "validate".into()
         }
     };
+    // What a create would refuse before the config is looked at (`new_config`), said here too.
+    if connector_name.contains('/') && !matches!(caller, Caller::Operator { .. }) {
+        problems.push((NAME.into(), format!("{connector_name:?} is not a valid connector name ('/' is not allowed)")));
+    }
+    if let (Some(request), Some(given)) = (caller.tenant(), values.get(TENANT).and_then(Value::as_str))
+        && request != given
+    {
+        problems.push((TENANT.into(), format!("'{given}' is not the tenant of this request ({request})")));
+    }
     let tenant =
         caller.tenant().map(String::from).or_else(|| values.get(TENANT).and_then(Value::as_str).map(String::from));
     if let Some(tenant) = tenant.filter(|t| t != DEFAULT_TENANT) {

@@ -230,12 +230,13 @@ async fn find_plugin(services: &Services, config: &ConnectorConfig) -> Result<Ar
             Some(rejected) => format!("{} was rejected: {}", rejected.file.display(), rejected.reason),
             None => format!("no {name}.wasm in {}", registry.dir.display()),
         };
+        // The files that are plugins (or may be, not loaded yet): a rejected one is none.
+        let rejected: Vec<String> =
+            registry.rejected().iter().filter_map(|r| r.file.file_stem()?.to_str().map(String::from)).collect();
+        let plugins: Vec<String> = registry.files_in_folder().into_iter().filter(|f| !rejected.contains(f)).collect();
         config.error(
             CONNECTOR_CLASS,
-            format!(
-                "unknown plugin '{name}': {why} (plugins in the folder: {})",
-                registry.files_in_folder().join(", ")
-            ),
+            format!("unknown plugin '{name}': {why} (plugins in the folder: {})", plugins.join(", ")),
         )
     })
 }

@@ -164,6 +164,27 @@ fn tenants_see_and_touch_only_their_own_connectors() {
         Some(&json!({"name": "q", "topic": "t"}).to_string()),
     );
     assert!(report.json()["error_count"].as_u64().unwrap() >= 1, "acme's quota shows in validate: {}", report.body);
+    // What a create refuses, validate reports: another tenant's key, a '/' in the name.
+    for (config, key, reason) in [
+        (json!({"name": "q", "topic": "t", "tenant": "globex"}), "tenant", "is not the tenant of this request (acme)"),
+        (json!({"name": "x/y", "topic": "t"}), "name", "'/' is not allowed"),
+    ] {
+        let report =
+            server.call("PUT", "/connector-plugins/counter/config/validate", Some(ACME), Some(&config.to_string()));
+        let report = report.json();
+        let errors: Vec<String> = report["configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["value"]["name"] == key)
+            .flat_map(|c| c["value"]["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap().to_string()))
+            .collect();
+        assert!(errors.iter().any(|e| e.contains(reason)), "{key}: {reason} not in {report}");
+    }
+    let slash = json!({"connector.class": "counter", "topic": "t", "name": "x/y"});
+    let refused =
+        server.call("PUT", "/connectors/x%2Fy/config", Some(ACME), Some(&slash.to_string())).assert_error(400);
+    assert!(refused.contains("'/' is not allowed"), "{refused}");
     // The tenant's config does not show the tenant key; the operator's does.
     assert!(server.call("GET", "/connectors/second/config", Some(ACME), None).json().get("tenant").is_none());
 
