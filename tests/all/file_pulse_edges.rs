@@ -375,6 +375,61 @@ async fn one_line_too_large_for_a_record_fails_its_file_alone() {
     assert!(status.tasks.iter().all(|t| t.state == State::Running), "{status:?}");
 }
 
+/// A failed file fixed in place by a write that truncates it first (`cat fixed > file`): a
+/// listing that catches it empty does not take it for a new file, so the lines sent before
+/// it failed are not sent again, and the fix is read on from where they stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_file_fixed_in_place_through_a_truncation_is_read_on_not_sent_again() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let broken = format!("line 1\nline 2\n{}\nline 4\n", "x".repeat(3 << 20));
+    drop_file(dirs.inbox.path(), "fix.log", broken.as_bytes());
+    host.start(pulse("pulse", &dirs.config(&[]))).await;
+    wait_until("fix.log to fail at its long line", || {
+        (offsets_by_path(&host).get("fix.log")?["end"] == "failed").then_some(())
+    })
+    .await;
+    assert_eq!(by_file(&host, "lines")["fix.log"], ["line 1", "line 2"]);
+    // Truncated in place (the same inode), and seen so by a listing: the one that finds a
+    // file dropped after the truncation.
+    let path = dirs.inbox.path().join("fix.log");
+    std::fs::File::create(&path).unwrap();
+    drop_file(dirs.inbox.path(), "marker.log", b"marker\n");
+    wait_until("a listing after the truncation", || by_file(&host, "lines").contains_key("marker.log").then_some(()))
+        .await;
+    std::fs::write(&path, "line 1\nline 2\nline 3\nline 4\n").unwrap();
+    wait_until("the fix's last line", || (by_file(&host, "lines")["fix.log"].len() >= 4).then_some(())).await;
+    assert_eq!(by_file(&host, "lines")["fix.log"], ["line 1", "line 2", "line 3", "line 4"]);
+}
+
+/// Under `move`, a name at the filesystem's 255-byte limit that is taken in the archive
+/// gets its number by a shorter name, rather than failing its move at every listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_at_the_length_limit_dropped_twice_is_archived_both_times() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let (done, failed) = (Dirs::path(&dirs.done), Dirs::path(&dirs.failed));
+    let config = dirs.config(&[
+        ("fs.cleanup.policy", "move"),
+        ("fs.cleanup.policy.move.success.path", &done),
+        ("fs.cleanup.policy.move.failure.path", &failed),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    let name = format!("{}.log", "n".repeat(251));
+    for round in 0..2 {
+        // Written under a short name, then renamed: a hidden `.part` name would not fit.
+        let part = dirs.inbox.path().join(".part");
+        std::fs::write(&part, format!("round {round}\n")).unwrap();
+        std::fs::rename(&part, dirs.inbox.path().join(&name)).unwrap();
+        wait_until("the file archived", || {
+            (files_in(dirs.done.path()).len() == round + 1 && !dirs.inbox.path().join(&name).exists()).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(host.values("lines"), ["round 0", "round 1"]);
+    assert!(files_in(dirs.done.path()).iter().all(|archived| archived.len() <= 255));
+}
+
 /// A host whose tenant `slow` may send 300 records a second in all: a file of a few
 /// thousand lines stays open for seconds, long enough to change the directory under it.
 async fn slow_host() -> TestHost {

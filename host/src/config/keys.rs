@@ -194,7 +194,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: SANDBOX_RECORD_MAX_BYTES,
         type_: KeyType::Long,
         default: KeyDefault::Value("1048576"),
-        documentation: "largest record (key + value + headers), 1 MiB; more fails the task",
+        documentation: "largest record, 1 MiB, counting its key and value, each header's key and value plus 32 bytes, and 64 bytes for the record itself; more fails the task",
     },
     HostKey {
         name: SANDBOX_BATCH_MAX_BYTES,
@@ -224,7 +224,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: ERRORS_DEAD_LETTER_TOPIC,
         type_: KeyType::String,
         default: KeyDefault::Unset("none"),
-        documentation: "with `errors.tolerance=all`: a topic that gets each refused record (cut to fit `sandbox.record.max.bytes`) with `__connect.errors.*` headers naming the reason, connector, task, source partition and stage (`TASK_POLL`, or `TRANSFORMATION` with the transform's class)",
+        documentation: "with `errors.tolerance=all`: a topic that gets each record the host refuses (not what a plugin skips itself, such as file-pulse's lines too long for a record, which it never reads into memory) (cut to fit `sandbox.record.max.bytes`) with `__connect.errors.*` headers naming the reason, connector, task, source partition and stage (`TASK_POLL`, or `TRANSFORMATION` with the transform's class)",
     },
     HostKey {
         name: ERRORS_LOG_ENABLE,

@@ -20,12 +20,22 @@ use wasi::filesystem::types::{
 };
 
 use crate::assign::{Assigned, Assignment};
+use crate::cleanup::numbered_name;
 use crate::identity::{Decision, Seen, decide};
 use crate::offset::{End, FileOffset, HEAD_BYTES, OffsetWriter, decimal, head_hash, partition};
 use crate::reader::{LineReader, is_too_long, read_whole};
 use crate::settings::{Cleanup, Completion, KEYS, ReadMode, Settings};
 
 use sluice_connector::{Batch, Config, ConfigKey, ConfigProblem, ConfigType, Connector, Error, Importance, Task, log};
+
+/// How long a failed file found shorter than what was sent must stay unchanged before it
+/// is read again from its start (see `decide_all`).
+const FIXED_IN_PLACE_SETTLE_MS: u64 = 5_000;
+
+/// Whether a file modified at `seen.mtime` was modified less than `ms` ago (or in the future).
+fn modified_within(seen: Seen, ms: u64) -> bool {
+    now_ms().saturating_sub(seen.mtime / 1_000_000) < ms
+}
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -528,8 +538,15 @@ impl ConnectorState {
             let decision =
                 decide(offset.as_ref(), seen, &relative, settings.completion, settings.cleanup, head_unchanged);
             // A file to read from its start, modified too recently (still being copied in,
-            // say): left for a later listing. One being read on is not held back.
-            if matches!(decision, Decision::Start { .. }) && self.too_young(&relative, seen) {
+            // say): left for a later listing. One being read on is not held back. A failed
+            // file found shorter than what was sent is most likely being fixed in place
+            // (`cat fixed > file` truncates it first): it waits until it has stopped
+            // changing, so that the fix, which starts with the lines sent, is read on from
+            // where they stopped rather than taken for a new file and sent again.
+            let fixing = offset.as_ref().is_some_and(|o| o.done && o.end == End::Failed);
+            if matches!(decision, Decision::Start { .. })
+                && (self.too_young(&relative, seen) || fixing && modified_within(seen, FIXED_IN_PLACE_SETTLE_MS))
+            {
                 continue;
             }
             let (version, attempt) = offset.as_ref().map_or((0, 0), |o| (o.version, o.attempt));
@@ -841,7 +858,7 @@ fn move_without_overwriting(source: &str, root: &str, relative: &str) -> std::io
         Some(dot) => name.split_at(dot),
     };
     for n in 0..10_000u32 {
-        let candidate = if n == 0 { target.clone() } else { format!("{dir}/{stem}-{n}{extension}") };
+        let candidate = if n == 0 { target.clone() } else { format!("{dir}/{}", numbered_name(stem, n, extension)) };
         match std::fs::hard_link(source, &candidate) {
             Ok(()) => {
                 std::fs::remove_file(source)?;

@@ -12,6 +12,7 @@
 //! The modules other than `component` are plain Rust and unit-tested natively.
 
 pub mod assign;
+pub mod cleanup;
 pub mod identity;
 pub mod offset;
 pub mod reader;
