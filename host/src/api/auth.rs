@@ -62,7 +62,15 @@ fn caller_of(worker: &WorkerConfig, headers: &HeaderMap) -> Result<Caller, ApiEr
     let tenant_header = headers.get(TENANT_HEADER).and_then(|v| v.to_str().ok()).map(|t| t.trim().to_string());
     if let Some(token) = token {
         if worker.is_operator(token) {
-            return Ok(Caller::Operator { tenant: tenant_header.filter(|t| !t.is_empty()) });
+            let tenant = tenant_header.filter(|t| !t.is_empty());
+            // A tenant that does not exist is said so, not answered as one with nothing.
+            if let Some(unknown) = tenant.as_deref().filter(|t| worker.tenant(t).is_none()) {
+                let declared = worker.tenant_names().join(", ");
+                return Err(ApiError::bad_request(format!(
+                    "{TENANT_HEADER}: unknown tenant '{unknown}' (declared: {declared})"
+                )));
+            }
+            return Ok(Caller::Operator { tenant });
         }
         if let Some(tenant) = worker.authenticate(token) {
             return Ok(Caller::Tenant(tenant.name.clone()));

@@ -214,6 +214,9 @@ fn tenants_see_and_touch_only_their_own_connectors() {
     assert_eq!(server.call_with("GET", "/connectors", &about_acme, None).json(), json!(["files", "second"]));
     assert_eq!(server.call_with("GET", "/connectors/files/config", &about_acme, None).json()["topic"], "acme-files");
     server.call_with("GET", "/connectors/g-only", &about_acme, None).assert_error(404);
+    let about_nobody = [("Authorization", format!("Bearer {OPERATOR}")), ("X-Sluice-Tenant", "nobody".to_string())];
+    let unknown = server.call_with("GET", "/connectors", &about_nobody, None).assert_error(400);
+    assert!(unknown.contains("unknown tenant 'nobody'"), "{unknown}");
     let made = server.call("POST", "/connectors", Some(OPERATOR), Some(&counter("globex/by-op", "op")));
     assert_eq!(made.status, 201, "{made:?}");
     assert_eq!(made.json()["name"], "globex/by-op");
