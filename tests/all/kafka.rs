@@ -304,6 +304,42 @@ fn doubtful_offsets_are_read_from_the_topic_again() {
     assert_eq!(backend.all_offsets(&ns).unwrap(), vec![(partitions[0].clone(), r#"{"seq":2}"#.to_string())]);
 }
 
+/// A worker opened beside one that keeps committing (or `sluice offsets` beside a running
+/// `sluice run`) reads the state topics up to their ends as they were when it looked, as
+/// Connect's KafkaBasedLog does, rather than waiting for an end the writer keeps moving.
+#[test]
+fn the_state_topics_are_read_to_their_current_end_while_another_worker_writes() {
+    use sluice::storage::OffsetStore;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cluster = mock_cluster();
+    let kafka = kafka_config(&cluster.bootstrap_servers());
+    let writer = KafkaBackend::open(&kafka).unwrap();
+    let ns = Namespace::new(DEFAULT_TENANT, "busy");
+    let partition = r#"{"counter":0}"#.to_string();
+    writer.commit_offsets(&ns, &[(partition.clone(), r#"{"seq":0}"#.into())]).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let writing = {
+        let (stop, ns, partition) = (stop.clone(), ns.clone(), partition.clone());
+        std::thread::spawn(move || {
+            let mut seq = 1u64;
+            while !stop.load(Ordering::Relaxed) {
+                writer.commit_offsets(&ns, &[(partition.clone(), format!(r#"{{"seq":{seq}}}"#))]).unwrap();
+                seq += 1;
+            }
+            seq
+        })
+    };
+    let reader = KafkaBackend::open(&kafka);
+    stop.store(true, Ordering::Relaxed);
+    let written = writing.join().unwrap();
+    let reader = reader.expect("opened beside a writer");
+    let seen = reader.all_offsets(&ns).unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let seq: u64 = serde_json::from_str::<serde_json::Value>(&seen[0].1).unwrap()["seq"].as_u64().unwrap();
+    assert!(seq < written, "{seq} of {written}");
+    assert!(written > 10, "the writer kept writing while the reader opened ({written} commits)");
+}
+
 /// A task instance given up on may still be working when the task's next instance starts:
 /// the next one's claim on the `transactional.id` tells the old one not to initialise the
 /// id again (that would fence the new one), and leaves the other tasks' claims alone.

@@ -241,6 +241,20 @@ impl TopicView {
             .flat_map(|t| t.partitions().iter().map(|p| p.id()))
             .collect();
         anyhow::ensure!(!pending.is_empty(), "the topic {topic} has no partitions");
+        // Read up to each partition's end as it is now, as Connect's KafkaBasedLog does: a
+        // topic that a running worker keeps writing (its offsets, as `sluice offsets`
+        // reads them beside a `sluice run`) has no end to wait for. Under read_committed
+        // the end asked for is the last stable offset.
+        let mut ends: HashMap<i32, i64> = HashMap::new();
+        for partition in &pending {
+            let (low, high) = consumer
+                .fetch_watermarks(topic, *partition, STARTUP_TIMEOUT)
+                .with_context(|| format!("cannot read the end offsets of the topic {topic}"))?;
+            if high > low {
+                ends.insert(*partition, high);
+            }
+        }
+        pending.retain(|partition| ends.contains_key(partition));
         let mut assignment = TopicPartitionList::new();
         for partition in &pending {
             assignment.add_partition_offset(topic, *partition, Offset::Beginning)?;
@@ -262,6 +276,16 @@ impl TopicView {
                 Some(Ok(message)) => {
                     if let Some(key) = message.key() {
                         entries.push((key.to_vec(), message.payload().map(<[u8]>::to_vec)));
+                    }
+                }
+            }
+            // The position passes transaction markers too, which are never delivered.
+            if let Ok(positions) = consumer.position() {
+                for element in positions.elements() {
+                    if let Offset::Offset(next) = element.offset()
+                        && ends.get(&element.partition()).is_some_and(|end| next >= *end)
+                    {
+                        pending.remove(&element.partition());
                     }
                 }
             }
