@@ -57,8 +57,13 @@ impl StatusBoard {
 
     pub fn set_connector(&self, ns: &Namespace, state: State, trace: Option<String>) {
         let (tenant, connector) = (&ns.tenant, &ns.connector);
+        // A trace on a RUNNING connector or task is a passing condition (a delivery that
+        // waits on the destination): a warning; only FAILED is an error.
         match &trace {
-            Some(trace) => tracing::error!(%tenant, %connector, "connector is {state}: {trace}"),
+            Some(trace) if state == State::Failed => {
+                tracing::error!(%tenant, %connector, "connector is {state}: {trace}")
+            }
+            Some(trace) => tracing::warn!(%tenant, %connector, "connector is {state}: {trace}"),
             None => tracing::info!(%tenant, %connector, "connector is {state}"),
         }
         self.update(ns, |s| {
@@ -70,7 +75,10 @@ impl StatusBoard {
     pub fn set_task(&self, ns: &Namespace, task: u32, state: State, trace: Option<String>, instance: u64) {
         let (tenant, connector) = (&ns.tenant, &ns.connector);
         match &trace {
-            Some(trace) => tracing::error!(%tenant, %connector, task, instance, "task is {state}: {trace}"),
+            Some(trace) if state == State::Failed => {
+                tracing::error!(%tenant, %connector, task, instance, "task is {state}: {trace}")
+            }
+            Some(trace) => tracing::warn!(%tenant, %connector, task, instance, "task is {state}: {trace}"),
             None => tracing::info!(%tenant, %connector, task, instance, "task is {state}"),
         }
         let worker_id = self.worker_id.clone();
