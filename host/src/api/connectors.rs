@@ -107,11 +107,7 @@ fn new_config(
     let ns = match (caller, name.contains('/')) {
         (Caller::Operator { tenant: None }, false) => Namespace::new(from_config.unwrap_or(DEFAULT_TENANT), name),
         (Caller::Operator { .. }, true) => caller.namespace(name)?,
-        (_, true) => {
-            return Err(ApiError::bad_request(format!(
-                "name: {name:?} is not a valid connector name ('/' is not allowed)"
-            )));
-        }
+        (_, true) => return Err(ApiError::bad_request(format!("name: {}", slash_refused(name)))),
         (_, false) => caller.namespace(name)?,
     };
     let source = format!("connector {}", ns.connector);
@@ -119,14 +115,23 @@ fn new_config(
     if let Some(tenant) = from_config
         && tenant != ns.tenant
     {
-        return Err(config
-            .error(TENANT, format!("'{tenant}' is not the tenant of this request ({})", ns.tenant))
-            .into());
+        return Err(config.error(TENANT, not_this_tenant(tenant, &ns.tenant)).into());
     }
     if ns.tenant != DEFAULT_TENANT {
         config.values.insert(TENANT.into(), ns.tenant.clone());
     }
     Ok((ns, config))
+}
+
+/// Why a name with a `/` is refused from anyone but the operator (whose `tenant/name`
+/// qualifies it): [`new_config`]'s reason, which validate gives too.
+pub(super) fn slash_refused(name: &str) -> String {
+    format!("{name:?} is not a valid connector name ('/' is not allowed)")
+}
+
+/// Why a config's `tenant` key naming `given` is refused in a request about `request`.
+pub(super) fn not_this_tenant(given: &str, request: &str) -> String {
+    format!("'{given}' is not the tenant of this request ({request})")
 }
 
 /// `POST /connectors` with `{"name": ..., "config": {...}}`: 201, or 409 if it exists.

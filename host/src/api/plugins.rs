@@ -130,12 +130,12 @@ pub async fn validate(
     };
     // What a create would refuse before the config is looked at (`new_config`), said here too.
     if connector_name.contains('/') && !matches!(caller, Caller::Operator { .. }) {
-        problems.push((NAME.into(), format!("{connector_name:?} is not a valid connector name ('/' is not allowed)")));
+        problems.push((NAME.into(), super::connectors::slash_refused(&connector_name)));
     }
     if let (Some(request), Some(given)) = (caller.tenant(), values.get(TENANT).and_then(Value::as_str))
         && request != given
     {
-        problems.push((TENANT.into(), format!("'{given}' is not the tenant of this request ({request})")));
+        problems.push((TENANT.into(), super::connectors::not_this_tenant(given, request)));
     }
     let tenant =
         caller.tenant().map(String::from).or_else(|| values.get(TENANT).and_then(Value::as_str).map(String::from));

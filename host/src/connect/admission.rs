@@ -361,6 +361,7 @@ fn nearest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
 /// reached through a symbolic link).
 pub(super) fn grants_outside_roots(services: &Services, config: &ConnectorConfig) -> Vec<ConfigError> {
     let Some(tenant) = services.worker.tenant(config.tenant()) else { return Vec::new() };
+    // A tenant that may grant the root may grant anything (the unlimited `default`).
     if tenant.may_grant(std::path::Path::new("/")) {
         return Vec::new();
     }

@@ -17,7 +17,7 @@ pub fn numbered_name(stem: &str, n: u32, extension: &str) -> String {
         text[..end].to_string()
     };
     let room = NAME_MAX.saturating_sub(suffix.len() + extension.len());
-    if room > 0 || stem.is_empty() {
+    if room > 0 {
         return format!("{}{suffix}{extension}", cut(stem, room));
     }
     format!("{suffix}{}", cut(extension, NAME_MAX - suffix.len()))
