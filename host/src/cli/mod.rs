@@ -370,13 +370,20 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Topics { command: TopicsCommand::List { data, worker, tenant } } => {
             let stores = worker.existing_stores(&data)?;
             known_topics_tenant(&stores, &tenant.tenant)?;
-            for (topic, count) in stores.local().topics(&tenant.tenant)? {
+            let topics = stores.local().topics(&tenant.tenant)?;
+            if topics.is_empty()
+                && let Some(elsewhere) = kafka_topics_hint(&worker.load()?)
+            {
+                say!("the local log has no topics{elsewhere}");
+            }
+            for (topic, count) in topics {
                 out!("{topic}\t{count}")?;
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Topics { command: TopicsCommand::Read { topic, data, worker, tenant, json, from } } => {
-            read_topic(&worker.existing_stores(&data)?, &tenant.tenant, &topic, json, from)
+            let hint = kafka_topics_hint(&worker.load()?).unwrap_or_default();
+            read_topic(&worker.existing_stores(&data)?, &tenant.tenant, &topic, json, from, &hint)
         }
     }
 }
@@ -764,13 +771,34 @@ fn delete_offset(
     }
 }
 
-fn read_topic(stores: &Stores, tenant: &str, topic: &str, json: bool, from: u64) -> anyhow::Result<ExitCode> {
+/// `sluice topics` reads the local log only; with a `[kafka]` section the records a
+/// connector sent with `destination=kafka` are in the cluster, and an empty answer should
+/// say where to look rather than suggest nothing was written.
+fn kafka_topics_hint(worker: &WorkerConfig) -> Option<String> {
+    let kafka = worker.kafka.as_ref()?;
+    let servers = kafka.client.get("bootstrap.servers").map_or("", |s| s.as_str());
+    Some(format!(
+        "; records sent with destination=kafka are in the Kafka cluster at {servers}: read them with a Kafka consumer (kcat -C -b {servers} -t TOPIC)"
+    ))
+}
+
+fn read_topic(
+    stores: &Stores,
+    tenant: &str,
+    topic: &str,
+    json: bool,
+    from: u64,
+    kafka_hint: &str,
+) -> anyhow::Result<ExitCode> {
     use std::io::Write;
     known_topics_tenant(stores, tenant)?;
     let log = stores.local();
     let topics: Vec<String> = log.topics(tenant)?.into_iter().map(|(topic, _)| topic).collect();
     if !topics.iter().any(|t| t == topic) {
-        anyhow::bail!("no topic '{topic}' in tenant {tenant} (topics: {})", names(&topics));
+        anyhow::bail!(
+            "no topic '{topic}' in tenant {tenant} of the local log (topics: {}){kafka_hint}",
+            names(&topics)
+        );
     }
     let mut out = std::io::stdout().lock();
     let mut next = from;

@@ -52,6 +52,8 @@ use crate::config::{DEFAULT_TENANT, InternalTopic, KafkaConfig};
 const POLICY_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long start-up waits for the cluster (metadata, topic creation, reading to the end).
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one metadata request of start-up waits before the worker says it is still waiting.
+const STARTUP_ATTEMPT: Duration = Duration::from_secs(5);
 /// How long a write waits for its acknowledgement (the store producer's message.timeout.ms).
 const WRITE_TIMEOUT_MS: &str = "60000";
 
@@ -122,6 +124,28 @@ pub fn existing_topics(admin: &AdminClient<KafkaLog>, timeout: Duration) -> anyh
     Ok(metadata.topics().iter().map(|t| t.name().to_string()).collect())
 }
 
+/// The topics of the cluster once it answers, asking again every few seconds for up to
+/// `STARTUP_TIMEOUT`: a worker started beside its brokers waits for them, and one pointed
+/// at the wrong address says so while it waits instead of staying silent for a minute.
+fn wait_for_cluster(admin: &AdminClient<KafkaLog>, bootstrap: &str) -> anyhow::Result<Vec<String>> {
+    let started = Instant::now();
+    loop {
+        let attempt = STARTUP_ATTEMPT.min(STARTUP_TIMEOUT.saturating_sub(started.elapsed()));
+        match existing_topics(admin, attempt) {
+            Ok(topics) => return Ok(topics),
+            Err(e) if started.elapsed() + STARTUP_ATTEMPT / 2 < STARTUP_TIMEOUT => {
+                tracing::warn!(
+                    "waiting for the Kafka cluster at {bootstrap}: {e:#}; still trying (for up to {}s more)",
+                    STARTUP_TIMEOUT.saturating_sub(started.elapsed()).as_secs()
+                );
+            }
+            Err(e) => {
+                return Err(e.context(format!("no answer in {}s", STARTUP_TIMEOUT.as_secs())));
+            }
+        }
+    }
+}
+
 /// An admin client that never creates a topic by asking about it.
 pub fn admin_client(kafka: &KafkaConfig) -> anyhow::Result<AdminClient<KafkaLog>> {
     client_config(kafka, &[("allow.auto.create.topics", "false")])
@@ -132,8 +156,12 @@ pub fn admin_client(kafka: &KafkaConfig) -> anyhow::Result<AdminClient<KafkaLog>
 /// Makes the topics that are missing (compacted), and refuses one that exists without
 /// `cleanup.policy=compact` (only): retention or deletion would lose offsets and configs.
 /// As in Connect, a policy the cluster does not let us read is logged, not refused.
-pub fn ensure_compacted_topics(admin: &AdminClient<KafkaLog>, topics: &[(&InternalTopic, &str)]) -> anyhow::Result<()> {
-    let existing = existing_topics(admin, STARTUP_TIMEOUT)?;
+pub fn ensure_compacted_topics(
+    admin: &AdminClient<KafkaLog>,
+    bootstrap: &str,
+    topics: &[(&InternalTopic, &str)],
+) -> anyhow::Result<()> {
+    let existing = wait_for_cluster(admin, bootstrap)?;
     let missing: Vec<&(&InternalTopic, &str)> = topics.iter().filter(|(t, _)| !existing.contains(&t.name)).collect();
     if !missing.is_empty() {
         let new: Vec<NewTopic> = missing
@@ -364,6 +392,7 @@ impl KafkaBackend {
         let admin = admin_client(kafka)?;
         ensure_compacted_topics(
             &admin,
+            kafka.client.get("bootstrap.servers").map_or("", |s| s),
             &[
                 (&kafka.offsets, "offset.storage.topic"),
                 (&kafka.configs, "config.storage.topic"),

@@ -1,7 +1,8 @@
 //! Sluice's state in Kafka, as Connect keeps it: the three topics made compacted; offsets
 //! written by one run, read by the next (`sluice offsets`) and by a plain consumer, with
 //! Connect's key bytes on Connect's partition; a worker pointed at a topic that is not
-//! compacted refused with the key named; and `sluice serve` on a new data directory
+//! compacted refused with the key named; one pointed at an address where nothing answers
+//! saying so while it waits; `sluice topics` saying the records are in Kafka; and `sluice serve` on a new data directory
 //! bringing back every connector in its target state from the topics alone.
 
 use std::time::Duration;
@@ -103,6 +104,19 @@ fn offsets_live_in_a_compacted_topic_in_connects_format_and_the_next_run_reads_t
         assert_eq!(cleanup_policy(&broker, topic), "compact", "{purpose} topic");
     }
     run(&count("count", 2000), "data-2", 1999);
+    // `sluice topics` reads the local log, which holds nothing here: it says where the
+    // records went instead of printing an empty list.
+    let listed = sluice()
+        .args(["topics", "list", "--config"])
+        .arg(&worker)
+        .arg("--data-dir")
+        .arg(dir.path().join("data-2"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&listed.stderr);
+    assert!(listed.status.success(), "{said}");
+    assert!(listed.stdout.is_empty(), "{}", String::from_utf8_lossy(&listed.stdout));
+    assert!(said.contains(&format!("in the Kafka cluster at {}", broker.bootstrap())), "{said}");
     let offsets: serde_json::Value = serde_json::from_str(&offsets("data-3")).unwrap();
     assert_eq!(offsets, json!({"offsets": [{"partition": {"counter": 0}, "offset": {"seq": 1999}}]}));
     let values: Vec<String> = broker
@@ -196,4 +210,43 @@ fn serve_on_kafka_storage_brings_every_connector_back_from_the_topics() {
     assert_eq!(server.get("/connectors/stopped/offsets").json(), offsets_before);
     assert_eq!(server.get("/connectors/running/config").json()["records.per.second"], "50");
     assert_eq!(server.get("/connectors/running/tasks").json().as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_worker_whose_cluster_does_not_answer_says_so_while_it_waits() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let worker = connector_file(
+        dir.path(),
+        "sluice.toml",
+        &format!("[kafka]\n\"bootstrap.servers\" = \"{address}\"\n[storage]\nkind = \"kafka\"\n"),
+    );
+    let file = connector_file(
+        dir.path(),
+        "c.json",
+        &json!({"name": "c", "config": {"connector.class": "counter", "topic": "t"}}).to_string(),
+    );
+    let log = dir.path().join("stderr");
+    let mut child = sluice()
+        .arg("run")
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--config")
+        .arg(&worker)
+        .arg(&file)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Well before start-up gives up (a minute), the worker names what it waits for.
+    let said = wait_until("a warning that the cluster does not answer", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("waiting for the Kafka cluster").then_some(text)
+    });
+    let still_running = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(still_running, "it waits for the cluster rather than giving up at once: {said}");
+    assert!(said.contains(&address) && said.contains("bootstrap.servers"), "{said}");
 }
