@@ -534,9 +534,9 @@ impl ConnectorSettings {
         };
         let dead_letter_topic = get(ERRORS_DEAD_LETTER_TOPIC).map(str::trim).filter(|t| !t.is_empty());
         if let Some(topic) = dead_letter_topic
-            && let Some(c) = topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+            && let Err(reason) = super::check_topic_name(topic)
         {
-            return Err((ERRORS_DEAD_LETTER_TOPIC, format!("'{topic}' is not a topic name: it has {c:?}")));
+            return Err((ERRORS_DEAD_LETTER_TOPIC, reason));
         }
         let log = boolean(ERRORS_LOG_ENABLE)?;
         let errors = ErrorHandling { tolerate_all, dead_letter_topic: dead_letter_topic.map(String::from), log };
@@ -682,6 +682,16 @@ mod tests {
             _ => None,
         };
         assert!(ConnectorSettings::parse(&both).is_ok());
+    }
+
+    #[test]
+    fn a_dead_letter_topic_kafka_would_refuse_is_refused_here() {
+        for (name, reason) in [("dl q", "' '"), ("..", "'..'"), (&"q".repeat(250) as &str, "1 to 249")] {
+            let get = |key: &str| (key == ERRORS_DEAD_LETTER_TOPIC).then_some(name);
+            let (key, said) = ConnectorSettings::parse(&get).unwrap_err();
+            assert_eq!(key, ERRORS_DEAD_LETTER_TOPIC);
+            assert!(said.contains(reason), "{name}: {said}");
+        }
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub fn check_topic(topic: &str) -> Result<(), String> {
     if let Some(c) = topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
         return Err(format!("topic {:?} has {c:?}; only [a-zA-Z0-9._-] are allowed", shorten(topic)));
     }
+    if topic == "." || topic == ".." {
+        return Err(format!("topic {topic:?} is not allowed (Kafka reserves '.' and '..')"));
+    }
     Ok(())
 }
 
@@ -457,6 +460,8 @@ mod tests {
         assert!(check_topic(&"x".repeat(250)).unwrap_err().contains("250"));
         assert!(check_topic(&"x".repeat(249)).is_ok());
         assert!(check_topic("a b").unwrap_err().contains("' '"));
+        assert!(check_topic("..").unwrap_err().contains("reserves"));
+        assert!(check_topic("...").is_ok());
     }
 
     #[test]
