@@ -5,6 +5,8 @@
 //! saying so while it waits; `sluice topics` saying the records are in Kafka; and `sluice serve` on a new data directory
 //! bringing back every connector in its target state from the topics alone.
 
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -138,6 +140,18 @@ fn offsets_live_in_a_compacted_topic_in_connects_format_and_the_next_run_reads_t
     assert_eq!(last.partition, (java_murmur2(key) & 0x7fffffff) % 5, "partitioned as Java's producer does");
 }
 
+/// `sluice run` of one counter connector in `dir` with the worker config `worker`.
+fn run_counter(dir: &Path, worker: &Path) -> Command {
+    let file = connector_file(
+        dir,
+        "c.json",
+        &json!({"name": "c", "config": {"connector.class": "counter", "topic": "t"}}).to_string(),
+    );
+    let mut command = sluice();
+    command.arg("run").arg("--data-dir").arg(dir.join("data")).arg("--config").arg(worker).arg(file);
+    command
+}
+
 #[test]
 fn a_state_topic_that_is_not_compacted_is_refused_with_the_key_named() {
     let broker = Broker::start();
@@ -150,20 +164,7 @@ fn a_state_topic_that_is_not_compacted_is_refused_with_the_key_named() {
         "sluice.toml",
         &broker.worker_toml(true, "\"offset.storage.topic\" = \"plain-offsets\"\n"),
     );
-    let file = connector_file(
-        dir.path(),
-        "c.json",
-        &json!({"name": "c", "config": {"connector.class": "counter", "topic": "t"}}).to_string(),
-    );
-    let out = sluice()
-        .arg("run")
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .arg("--config")
-        .arg(&worker)
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out = run_counter(dir.path(), &worker).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
     assert!(
@@ -223,22 +224,8 @@ fn a_worker_whose_cluster_does_not_answer_says_so_while_it_waits() {
         "sluice.toml",
         &format!("[kafka]\n\"bootstrap.servers\" = \"{address}\"\n[storage]\nkind = \"kafka\"\n"),
     );
-    let file = connector_file(
-        dir.path(),
-        "c.json",
-        &json!({"name": "c", "config": {"connector.class": "counter", "topic": "t"}}).to_string(),
-    );
     let log = dir.path().join("stderr");
-    let mut child = sluice()
-        .arg("run")
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .arg("--config")
-        .arg(&worker)
-        .arg(&file)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = run_counter(dir.path(), &worker).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
     // Well before start-up gives up (a minute), the worker names what it waits for.
     let said = wait_until("a warning that the cluster does not answer", || {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
