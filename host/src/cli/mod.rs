@@ -160,6 +160,7 @@ enum Command {
         plugins: PluginPath,
         #[command(flatten)]
         data: DataDirArg,
+        /// Print one JSON document (the plugins, their keys, the host's keys and the rejected files) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -173,6 +174,7 @@ enum Command {
         worker: WorkerConfigPath,
         #[command(flatten)]
         tenant: TenantArg,
+        /// Print one JSON document in Connect's shape ({"offsets":[{"partition":…,"offset":…}]}) instead of text.
         #[arg(long)]
         json: bool,
         /// The partition (JSON) whose committed offset to delete.
@@ -239,6 +241,7 @@ enum TopicsCommand {
         worker: WorkerConfigPath,
         #[command(flatten)]
         tenant: TenantArg,
+        /// Print whole records as JSON lines (topic, source partition and offset, key, value, headers, timestamp, topic offset) instead of values as text.
         #[arg(long)]
         json: bool,
         /// First topic offset to print.

@@ -53,7 +53,7 @@ const WORKER_KEYS: &[(&str, &str)] = &[
 ];
 
 /// Client settings Sluice decides itself, per client.
-const MANAGED_CLIENT_KEYS: &[&str] = &["transactional.id", "enable.idempotence", "isolation.level", "group.id"];
+const MANAGED_CLIENT_KEYS: &[&str] = &["transactional.id", "enable.idempotence", "isolation.level"];
 
 impl KafkaConfig {
     /// Reads `[kafka]`; errors name the key.

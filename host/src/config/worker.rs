@@ -231,6 +231,26 @@ pub struct WorkerConfig {
     pub topic_tracking: TopicTracking,
 }
 
+/// A TOML error as one line, `line L, column C: what` (the parser's own rendering is a
+/// block with a caret under the text). The file's top level lists Connect's dotted
+/// `topic.tracking.*` keys as a table `topic`, which no one writes: they are named in full.
+fn one_line(text: &str, error: &toml::de::Error) -> String {
+    let message = error
+        .message()
+        .trim()
+        .replace("one of `topic`,", "one of `topic.tracking.enable`, `topic.tracking.allow.reset`,")
+        .replace('\n', " ");
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
 pub fn hash_token(token: &str) -> String {
     Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -244,7 +264,7 @@ impl WorkerConfig {
     }
 
     pub fn parse(text: &str) -> anyhow::Result<WorkerConfig> {
-        let file: WorkerFile = toml::from_str(text)?;
+        let file: WorkerFile = toml::from_str(text).map_err(|e| anyhow::anyhow!(one_line(text, &e)))?;
         let instances = file.sandbox.max_instances;
         anyhow::ensure!(
             (1..=MOST_INSTANCES).contains(&instances),
@@ -373,6 +393,18 @@ mod tests {
         assert_eq!(no_reset.topic_tracking, TopicTracking { enable: true, allow_reset: false });
         let error = WorkerConfig::parse("topic.tracking.enabled = false\n").unwrap_err().to_string();
         assert!(error.contains("unknown field `enabled`"), "{error}");
+    }
+
+    #[test]
+    fn a_toml_error_is_one_line_with_its_place() {
+        let error = WorkerConfig::parse("[sandbox]\nmax_instance = 9\n").unwrap_err().to_string();
+        assert!(!error.contains('\n'), "{error}");
+        assert!(error.starts_with("line 2, column 1: unknown field `max_instance`"), "{error}");
+        assert!(error.contains("`max_instances`"), "{error}");
+        let error = WorkerConfig::parse("fuel_metering = true\n").unwrap_err().to_string();
+        assert!(error.contains("one of `topic.tracking.enable`, `topic.tracking.allow.reset`, `operator`"), "{error}");
+        let error = WorkerConfig::parse("[storage]\nkind = \"kafak\"\n").unwrap_err().to_string();
+        assert!(error.starts_with("line 2, column 8: "), "{error}");
     }
 
     #[test]
