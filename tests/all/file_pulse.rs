@@ -309,7 +309,7 @@ async fn bad_configs_fail_validation_with_the_key() {
         (
             check(&[("fs.listing.directory.path", &ungranted_path)], None),
             "fs.listing.directory.path",
-            "grant it with sandbox.fs.read",
+            "(it does not exist, or is not granted); grant it with sandbox.fs.read",
         ),
         (check(&[], Some("topic")), "topic", "required"),
         (check(&[("topic", "app logs")], None), "topic", "'app logs' is not a topic name: it has ' '"),

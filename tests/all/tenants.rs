@@ -1,5 +1,6 @@
 //! Tenants: the same connector name in two tenants shares nothing (offsets, records);
-//! a tenant cannot grant directories outside its roots; its quotas hold.
+//! a tenant cannot grant directories outside its roots (and that is the one problem said);
+//! its quotas hold.
 
 use sluice::storage::Namespace;
 
@@ -113,6 +114,27 @@ async fn grants_outside_the_tenant_roots_are_refused() {
         (error.key.as_deref(), error.reason.as_str()),
         (Some("tenant"), "unknown tenant 'nobody' (declared: a)")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_grant_is_the_one_problem_said_not_the_plugins_view_without_it() {
+    let (root, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let toml = format!("[[tenant]]\nname = \"a\"\nroots = [\"{}\"]\n", canonical(&root));
+    let host = TestHost::with_tenants(&["file-pulse"], &toml).await;
+    let outside = canonical(&elsewhere);
+    let config = unchecked(&[
+        ("connector.class", "file-pulse"),
+        ("tenant", "a"),
+        ("topic", "t"),
+        ("fs.listing.directory.path", &outside),
+        ("sandbox.fs.read", &outside),
+    ]);
+    // file-pulse, run without the refused grant, would add that the directory cannot be
+    // listed: true in its sandbox, but not the reason.
+    let problems = host.herder.problems(&config).await;
+    let said: Vec<(Option<&str>, &str)> = problems.iter().map(|p| (p.key.as_deref(), p.reason.as_str())).collect();
+    let expected = format!("'{outside}' is outside tenant a's roots ({})", canonical(&root));
+    assert_eq!(said, [(Some("sandbox.fs.read"), expected.as_str())]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -83,12 +83,29 @@ fn definitions(plugin: &Plugin) -> Vec<(ConfigKeyInfo, String)> {
 /// `GET /connector-plugins/{plugin}/config`: the keys a connector of this plugin takes, or
 /// (KIP-769) the keys of a transform or predicate `?connectorsOnly=false` lists.
 pub async fn config(State(state): Shared, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    if let Some(keys) = crate::config::transforms::plugin_keys(&name) {
-        let simple = name.rsplit('.').next().unwrap_or(&name);
-        let keys = keys.iter().enumerate().map(|(order, key)| definition(key, simple, order + 1)).collect();
-        return Ok(Json(Value::Array(keys)));
+    use crate::config::transforms::{class_of_alias, plugin_keys};
+    let transform_keys = |class: &str| {
+        let keys = plugin_keys(class)?;
+        let simple = class.rsplit('.').next().unwrap_or(class);
+        Some(Json(Value::Array(
+            keys.iter().enumerate().map(|(order, key)| definition(key, simple, order + 1)).collect(),
+        )))
+    };
+    if let Some(keys) = transform_keys(&name) {
+        return Ok(keys);
     }
-    let plugin = plugin(&state, &name).await?;
+    // A plugin file of that name comes first; then a transform's alias (`RegexRouter`),
+    // which Connect resolves here too.
+    let plugin = match plugin(&state, &name).await {
+        Ok(plugin) => plugin,
+        Err(_) => {
+            return class_of_alias(&name).and_then(|class| transform_keys(&class)).ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "Unknown plugin {name}: no usable {name}.wasm in the plugin folder, and no transform or predicate of that name (GET /connector-plugins?connectorsOnly=false lists them all, GET /sluice/rejected-plugins the files that failed)"
+                ))
+            });
+        }
+    };
     let keys: Vec<Value> = definitions(&plugin)
         .iter()
         .enumerate()

@@ -53,6 +53,12 @@ pub fn plugin_classes() -> Vec<(String, &'static str)> {
     transforms.chain(predicates.map(|name| (format!("{PREDICATE_PACKAGE}{name}"), "predicate"))).collect()
 }
 
+/// The class of a transform or predicate named by its simple name (`RegexRouter`,
+/// `Cast$Value`, `TopicNameMatches`), as Connect resolves a plugin's alias.
+pub fn class_of_alias(alias: &str) -> Option<String> {
+    plugin_classes().into_iter().map(|(class, _)| class).find(|class| class.rsplit('.').next() == Some(alias))
+}
+
 /// `(name, type, default, documentation)` of a transform's or predicate's key; no default
 /// means required, an empty one optional.
 type KeyDef = (&'static str, &'static str, Option<&'static str>, &'static str);
@@ -1297,6 +1303,13 @@ mod tests {
         }
         assert!(plugin_keys("org.apache.kafka.connect.transforms.SetSchemaMetadata$Value").is_none());
         assert!(plugin_keys("RegexRouter").is_none(), "by the class name Connect lists");
+        assert_eq!(class_of_alias("RegexRouter").as_deref(), Some("org.apache.kafka.connect.transforms.RegexRouter"));
+        assert_eq!(class_of_alias("Cast$Value").as_deref(), Some("org.apache.kafka.connect.transforms.Cast$Value"));
+        assert_eq!(
+            class_of_alias("TopicNameMatches").as_deref(),
+            Some("org.apache.kafka.connect.transforms.predicates.TopicNameMatches")
+        );
+        assert!(class_of_alias("Cast").is_none() && class_of_alias("transforms.RegexRouter").is_none());
         assert_eq!(
             classes.iter().filter(|(_, kind)| *kind == "transformation").count(),
             6 + 2 * FIELD_TRANSFORMS.len()

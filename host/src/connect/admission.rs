@@ -73,6 +73,7 @@ pub(super) fn recheck_tenant(
 pub(super) async fn problems(services: &Services, config: &ConnectorConfig, running: &[Running]) -> Vec<ConfigError> {
     let config = &config.with_defaults(&services.worker.defaults);
     let mut problems = grants_outside_roots(services, config);
+    let grants_refused = !problems.is_empty();
     // A bad host key is reported, then dropped so the next one is looked at.
     let mut probe = config.clone();
     for problem in &problems {
@@ -113,6 +114,11 @@ pub(super) async fn problems(services: &Services, config: &ConnectorConfig, runn
         }
     };
     problems.extend(plugin_key_problems(config, &plugin));
+    if grants_refused {
+        // The plugin would check its paths in a sandbox without the refused grants, and
+        // say that a path it was never given cannot be read: noise beside the real reason.
+        return problems;
+    }
     match plugin_validate(services, config, &plugin, &settings).await {
         // A key already found at fault is said once (the plugin often repeats the check).
         Ok(found) => {
@@ -236,7 +242,10 @@ async fn find_plugin(services: &Services, config: &ConnectorConfig) -> Result<Ar
         let plugins: Vec<String> = registry.files_in_folder().into_iter().filter(|f| !rejected.contains(f)).collect();
         config.error(
             CONNECTOR_CLASS,
-            format!("unknown plugin '{name}': {why} (plugins in the folder: {})", plugins.join(", ")),
+            format!(
+                "unknown plugin '{name}': {why} (plugins in the folder: {})",
+                if plugins.is_empty() { "none".to_string() } else { plugins.join(", ") }
+            ),
         )
     })
 }

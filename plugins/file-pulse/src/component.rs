@@ -1028,10 +1028,16 @@ fn validate_settings(config: &Config) -> Vec<ConfigProblem> {
         Err(problems) => return problems.into_iter().map(|(key, message)| ConfigProblem { key, message }).collect(),
     };
     if let Err(e) = std::fs::read_dir(&settings.directory) {
+        // The sandbox sees only what is granted, so a directory that exists outside the
+        // grants is "not found" too; the WASI error number would mislead beside it.
+        let why = match e.kind() {
+            std::io::ErrorKind::NotFound => "it does not exist, or is not granted".to_string(),
+            kind => kind.to_string(),
+        };
         return vec![ConfigProblem {
             key: "fs.listing.directory.path".into(),
             message: format!(
-                "'{}' cannot be listed ({e}); grant it with sandbox.fs.read, or sandbox.fs.write when fs.cleanup.policy deletes or moves",
+                "'{}' cannot be listed ({why}); grant it with sandbox.fs.read, or sandbox.fs.write when fs.cleanup.policy deletes or moves",
                 settings.directory
             ),
         }];

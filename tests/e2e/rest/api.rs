@@ -315,6 +315,11 @@ fn plugin_endpoints_list_describe_and_validate() {
     server
         .get("/connector-plugins/org.apache.kafka.connect.transforms.SetSchemaMetadata$Value/config")
         .assert_error(404);
+    // By alias too, as Connect resolves one (and as `transforms.*.type` takes one).
+    let by_alias = server.get("/connector-plugins/RegexRouter/config").json();
+    let by_class = server.get("/connector-plugins/org.apache.kafka.connect.transforms.RegexRouter/config").json();
+    assert_eq!(by_alias, by_class);
+    assert_eq!(by_alias[0]["group"], "RegexRouter");
 
     let keys = server.get("/connector-plugins/counter/config").json();
     let names: Vec<&str> = keys.as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
@@ -324,7 +329,8 @@ fn plugin_endpoints_list_describe_and_validate() {
     let topic = keys.as_array().unwrap().iter().find(|k| k["name"] == "topic").unwrap();
     assert_eq!(topic["required"], true);
     assert_eq!(topic["group"], "counter");
-    server.get("/connector-plugins/nope/config").assert_error(404);
+    let message = server.get("/connector-plugins/nope/config").assert_error(404);
+    assert!(message.contains("nope.wasm") && message.contains("no transform or predicate"), "{message}");
 
     // Validate: 200 even for a bad config, every problem under its key.
     let bad = json!({"connector.class": "counter", "tasks.max": "0", "batch.size": "lots"}).to_string();
