@@ -178,3 +178,60 @@ fn twenty_thousand_files_are_streamed_once_and_cleaned_up() {
 fn twenty_thousand_nested_files_are_streamed_once_and_cleaned_up() {
     many_files(20_000, 200);
 }
+
+/// A file the worker's user may not read (mode 000) is said once, not handed to a task at
+/// every listing, and read, every line once, when its mode lets it be. `sluice run` runs as
+/// `nobody` when the test runs as root, who reads any file.
+#[test]
+fn a_file_the_worker_may_not_read_is_said_once_and_read_when_it_can_be() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let run = Run::new(|inbox, done| pulse_config(inbox, done, "none", &[("tasks.max", "1")]));
+    for dir in [run.dir.path(), run.inbox.as_path()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let lines = |name: &str| (0..3).map(|i| format!("{name} {i}")).collect::<Vec<_>>();
+    let secret = run.inbox.join("secret.txt");
+    std::fs::write(&secret, lines("secret").join("\n") + "\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o000)).unwrap();
+    drop_file(&run.inbox, "a.txt", (lines("a").join("\n") + "\n").as_bytes());
+
+    let log = run.dir.path().join("stderr");
+    let mut command = sluice();
+    command.arg("run").arg("--plugin-path").arg(&run.plugins).arg("--data-dir").arg(&run.data).arg(&run.file);
+    command.stderr(std::fs::File::create(&log).unwrap());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::geteuid() == 0
+                && (libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = Running(command.spawn().unwrap());
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until("a.txt's lines", || (run.values() == lines("a")).then_some(()));
+    wait_until("secret.txt named", || said().contains("secret.txt: cannot be opened: permission denied").then_some(()));
+    // Two more files, each read only after a listing of its own: listings went by.
+    let mut expected = lines("a");
+    for name in ["b", "c"] {
+        drop_file(&run.inbox, &format!("{name}.txt"), (lines(name).join("\n") + "\n").as_bytes());
+        expected.extend(lines(name));
+        wait_until(&format!("{name}.txt's lines"), || (run.values() == expected).then_some(()));
+    }
+    let text = said();
+    assert_eq!(text.matches("secret.txt: cannot be opened").count(), 1, "said once: {text}");
+    assert!(!text.contains("not found at its listed path") && !text.contains("is its directory granted"), "{text}");
+
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    expected.extend(lines("secret"));
+    wait_until("secret.txt's lines once it can be read", || (run.values().len() >= expected.len()).then_some(()));
+    kill(child);
+    let mut values = run.values();
+    values.sort();
+    expected.sort();
+    assert_eq!(values, expected, "every line once");
+}

@@ -216,12 +216,46 @@ fn head_of(file: &Descriptor, len: u64) -> Option<String> {
 fn error_text(e: ErrorCode) -> String {
     match e {
         ErrorCode::NoEntry => "no such file".into(),
-        ErrorCode::Access | ErrorCode::NotPermitted => "not permitted (is its directory granted?)".into(),
+        // EACCES: the file's mode or owner; EPERM: outside what the sandbox was granted.
+        ErrorCode::Access => "permission denied (the worker's user may not read it)".into(),
+        ErrorCode::NotPermitted => "not permitted (is its directory granted?)".into(),
         other => format!("{other:?}"),
     }
 }
 
+/// An I/O error of the standard library as words: its kind where it came from the system
+/// (whose number is WASI's, not the host's, and would mislead), its own text otherwise.
+fn io_text(e: &std::io::Error) -> String {
+    if e.raw_os_error().is_some() { e.kind().to_string() } else { e.to_string() }
+}
+
 // ---------------------------------------------------------------- connector
+
+/// What the log named once and should not repeat at every listing while it lasts (a link
+/// that cannot be followed, a folder that cannot be listed, a file that cannot be read or
+/// cleaned up), each with the listing pass that last saw it: forgotten after a whole pass
+/// without it, and named again if it comes back.
+#[derive(Default)]
+struct SaidOnce(HashMap<String, u64>);
+
+impl SaidOnce {
+    /// Notes `key` as seen in `pass`; true the first time, when it is to be said.
+    fn first(&mut self, key: &str, pass: u64) -> bool {
+        self.0.insert(key.to_string(), pass).is_none()
+    }
+
+    fn contains(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    fn forget(&mut self, key: &str) {
+        self.0.remove(key);
+    }
+
+    fn forget_unseen_since(&mut self, pass: u64) {
+        self.0.retain(|_, seen| *seen >= pass);
+    }
+}
 
 /// What the connector knows of a file it has seen.
 #[derive(Debug, Clone)]
@@ -292,9 +326,15 @@ struct ConnectorState {
     /// How many undecodable names the log last reported (it warns again only when the
     /// number changes).
     undecodable_reported: u64,
-    /// Symbolic links the log said it cannot follow (each is named once while it is
-    /// listed), with the listing pass that last saw each.
-    unfollowed_links: HashMap<String, u64>,
+    /// Symbolic links the log said it cannot follow.
+    unfollowed_links: SaidOnce,
+    /// Folders of a recursive walk the log said it cannot list.
+    unlistable: SaidOnce,
+    /// Files whose cleanup the log said failed (it is tried again at every listing).
+    failed_cleanups: SaidOnce,
+    /// Files a task could not open, by identity, still under their name: their mode or
+    /// owner does not let the worker read them. Not handed out again until they open.
+    unreadable: SaidOnce,
     /// Files whose modification time the log said is in the future (each named once).
     future_reported: BTreeSet<String>,
     /// Unfinished files a task did not find at their listed path (a log rotated before its
@@ -340,7 +380,11 @@ impl ConnectorState {
                     if dir.is_empty() { settings.directory.clone() } else { format!("{}/{dir}", settings.directory) };
                 match list_dir(&absolute) {
                     Ok((descriptor, entries)) => walk.current = Some((dir, descriptor, entries)),
-                    Err(e) => log::warn(&format!("cannot list {}: {}", printable(&absolute), error_text(e))),
+                    Err(e) => {
+                        if self.unlistable.first(&absolute, walk.pass) {
+                            log::warn(&format!("cannot list {}: {}", printable(&absolute), error_text(e)));
+                        }
+                    }
                 }
                 continue;
             };
@@ -397,7 +441,7 @@ impl ConnectorState {
                 Ok((_, _, false)) => continue, // a link to a directory, or to a device
                 Err(e) if link => {
                     let pass = self.walk.as_ref().map_or(0, |w| w.pass);
-                    if self.unfollowed_links.insert(relative.clone(), pass).is_none() {
+                    if self.unfollowed_links.first(&relative, pass) {
                         log::warn(&format!(
                             "{}: a symbolic link that cannot be followed ({}): it leads nowhere, or outside the granted directories",
                             printable(&relative),
@@ -411,6 +455,15 @@ impl ConnectorState {
             if self.missing.remove(&id).is_none() && !listed {
                 continue;
             }
+            let pass = self.walk.as_ref().map_or(0, |w| w.pass);
+            if self.unreadable.contains(&id) {
+                if matches!(open(&self.absolute(&relative)), Err(ErrorCode::Access)) {
+                    self.unreadable.first(&id, pass);
+                    continue;
+                }
+                self.unreadable.forget(&id);
+                log::info(&format!("{} can be read now", printable(&relative)));
+            }
             // Two names of one file (hard links, or a symbolic link and its file) listed
             // together: one file, read once, under the first name.
             if let Some(first) = batched.get(&id) {
@@ -422,7 +475,6 @@ impl ConnectorState {
                 ));
                 continue;
             }
-            let pass = self.walk.as_ref().map_or(0, |w| w.pass);
             // Another name of a file known under a name that still leads to it: the file
             // keeps its name (its records' key, what its task opens and what its cleanup
             // acts on) until that name is gone.
@@ -484,7 +536,10 @@ impl ConnectorState {
         // Finished or failed files no longer listed are forgotten: the connector's memory
         // and its ticks follow what is in the directory, not everything ever read.
         self.known.retain(|_, k| k.pass >= walk.pass || matches!(k.state, KnownState::Assigned | KnownState::Pending));
-        self.unfollowed_links.retain(|_, pass| *pass >= walk.pass);
+        self.unfollowed_links.forget_unseen_since(walk.pass);
+        self.unlistable.forget_unseen_since(walk.pass);
+        self.failed_cleanups.forget_unseen_since(walk.pass);
+        self.unreadable.forget_unseen_since(walk.pass);
         // A whole pass did not find it under any name: removed, or moved out of the
         // directory, before its task could read on. Said, as what it still held is lost.
         let directory = printable(&self.settings().directory);
@@ -629,7 +684,14 @@ impl ConnectorState {
                 false
             }
             Err(e) => {
-                log::warn(&format!("cleanup of {} failed: {e}", printable(relative)));
+                let pass = self.walk.as_ref().map_or(self.passes + 1, |w| w.pass);
+                if self.failed_cleanups.first(relative, pass) {
+                    log::warn(&format!(
+                        "cleanup of {} failed: {}; tried again at every listing",
+                        printable(relative),
+                        io_text(&e)
+                    ));
+                }
                 false
             }
         }
@@ -678,10 +740,20 @@ impl ConnectorState {
                         known.state = state;
                         known.version = offset.version;
                     }
-                    // Not where it was listed: the next walk finds it wherever it is now.
                     None => {
                         self.known.remove(&id);
-                        self.missing.insert(id.clone(), (relative, self.passes + 1));
+                        let absolute = self.absolute(&relative);
+                        if identity(&absolute).as_deref() == Some(id.as_str())
+                            && matches!(self::open(&absolute), Err(ErrorCode::Access))
+                        {
+                            // Where it was listed, but its task could not open it (its mode or
+                            // owner): it waits there, tried at each listing, rather than be
+                            // searched for and handed out again at every one.
+                            self.unreadable.first(&id, self.passes + 1);
+                        } else {
+                            // Not where it was listed: the next walk finds it wherever it is now.
+                            self.missing.insert(id.clone(), (relative, self.passes + 1));
+                        }
                     }
                 }
             }
@@ -1349,8 +1421,10 @@ impl TaskState {
         }
         let file = &mut self.files[index];
         let missing = |why: String| (End::Missing, why);
-        let descriptor =
-            open(&file.absolute).map_err(|e| missing(format!("not found at its listed path ({})", error_text(e))))?;
+        let descriptor = open(&file.absolute).map_err(|e| match e {
+            ErrorCode::Access => missing(format!("cannot be opened: {}; read once it can be", error_text(e))),
+            e => missing(format!("not found at its listed path ({})", error_text(e))),
+        })?;
         let id = descriptor.metadata_hash().map(hash_hex).map_err(|e| missing(error_text(e)))?;
         if id != file.key.id {
             return Err(missing("its listed path now names another file".into()));
@@ -1581,6 +1655,10 @@ impl TaskState {
         let file = &mut self.files[index];
         let descriptor = match open(&file.absolute) {
             Ok(d) if d.metadata_hash().map(hash_hex).ok().as_deref() == Some(file.key.id.as_str()) => Rc::new(d),
+            Err(e @ ErrorCode::Access) => {
+                let why = format!("cannot be opened: {}; read once it can be", error_text(e));
+                return file.finish(batch, None, End::Missing, Some(why));
+            }
             _ => {
                 let why = "not found at its listed path, or it now names another file".to_string();
                 return file.finish(batch, None, End::Missing, Some(why));
