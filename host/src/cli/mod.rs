@@ -799,7 +799,7 @@ fn read_topic(
     let topics: Vec<String> = log.topics(tenant)?.into_iter().map(|(topic, _)| topic).collect();
     if !topics.iter().any(|t| t == topic) {
         anyhow::bail!(
-            "no topic '{topic}' in tenant {tenant} of the local log (topics: {}){kafka_hint}",
+            "no topic '{topic}' in tenant {tenant} (topics: {}){kafka_hint}",
             names(&topics)
         );
     }
