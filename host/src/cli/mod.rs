@@ -798,10 +798,7 @@ fn read_topic(
     let log = stores.local();
     let topics: Vec<String> = log.topics(tenant)?.into_iter().map(|(topic, _)| topic).collect();
     if !topics.iter().any(|t| t == topic) {
-        anyhow::bail!(
-            "no topic '{topic}' in tenant {tenant} (topics: {}){kafka_hint}",
-            names(&topics)
-        );
+        anyhow::bail!("no topic '{topic}' in tenant {tenant} (topics: {}){kafka_hint}", names(&topics));
     }
     let mut out = std::io::stdout().lock();
     let mut next = from;

@@ -242,7 +242,7 @@ fn one_line(text: &str, error: &toml::de::Error) -> String {
         .replace('\n', " ");
     match error.span() {
         Some(span) => {
-            let before = &text[..span.start.min(text.len())];
+            let before = text.get(..span.start).unwrap_or(text);
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
             format!("line {line}, column {column}: {message}")

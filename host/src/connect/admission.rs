@@ -69,7 +69,8 @@ pub(super) fn recheck_tenant(
 
 /// Every problem `admit` could find in `config`, not only the first (Kafka Connect's
 /// validate endpoint): each host key that does not parse, the tenant's rules, the plugin's
-/// `config-def` and everything the plugin's `validate` says.
+/// `config-def` and everything the plugin's `validate` says (once no grant is refused: the
+/// plugin would check its paths without it).
 pub(super) async fn problems(services: &Services, config: &ConnectorConfig, running: &[Running]) -> Vec<ConfigError> {
     let config = &config.with_defaults(&services.worker.defaults);
     let mut problems = grants_outside_roots(services, config);

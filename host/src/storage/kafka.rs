@@ -130,10 +130,14 @@ pub fn existing_topics(admin: &AdminClient<KafkaLog>, timeout: Duration) -> anyh
 fn wait_for_cluster(admin: &AdminClient<KafkaLog>, bootstrap: &str) -> anyhow::Result<Vec<String>> {
     let started = Instant::now();
     loop {
+        let attempt_started = Instant::now();
         let attempt = STARTUP_ATTEMPT.min(STARTUP_TIMEOUT.saturating_sub(started.elapsed()));
         match existing_topics(admin, attempt) {
             Ok(topics) => return Ok(topics),
             Err(e) if started.elapsed() + STARTUP_ATTEMPT / 2 < STARTUP_TIMEOUT => {
+                // An error that came back at once (a name that does not resolve) waits out
+                // the attempt, or this would ask and warn in a tight loop.
+                std::thread::sleep(attempt.saturating_sub(attempt_started.elapsed()));
                 tracing::warn!(
                     "waiting for the Kafka cluster at {bootstrap}: {e:#}; still trying (for up to {}s more)",
                     STARTUP_TIMEOUT.saturating_sub(started.elapsed()).as_secs()

@@ -232,8 +232,7 @@ fn io_text(e: &std::io::Error) -> String {
 // ---------------------------------------------------------------- connector
 
 /// What the log named once and should not repeat at every listing while it lasts (a link
-/// that cannot be followed, a folder that cannot be listed, a file that cannot be read or
-/// cleaned up), each with the listing pass that last saw it: forgotten after a whole pass
+/// that cannot be followed, a folder that cannot be listed, a cleanup that failed), each with the listing pass that last saw it: forgotten after a whole pass
 /// without it, and named again if it comes back.
 #[derive(Default)]
 struct SaidOnce(HashMap<String, u64>);
@@ -242,14 +241,6 @@ impl SaidOnce {
     /// Notes `key` as seen in `pass`; true the first time, when it is to be said.
     fn first(&mut self, key: &str, pass: u64) -> bool {
         self.0.insert(key.to_string(), pass).is_none()
-    }
-
-    fn contains(&self, key: &str) -> bool {
-        self.0.contains_key(key)
-    }
-
-    fn forget(&mut self, key: &str) {
-        self.0.remove(key);
     }
 
     fn forget_unseen_since(&mut self, pass: u64) {
@@ -332,9 +323,11 @@ struct ConnectorState {
     unlistable: SaidOnce,
     /// Files whose cleanup the log said failed (it is tried again at every listing).
     failed_cleanups: SaidOnce,
-    /// Files a task could not open, by identity, still under their name: their mode or
-    /// owner does not let the worker read them. Not handed out again until they open.
-    unreadable: SaidOnce,
+    /// Files a task could not open though they were where they were listed (their mode or
+    /// owner does not let the worker read them), by identity: the name they were last
+    /// seen under, and the pass that last saw them. Not handed out again until they open;
+    /// walks look for them under every name, as for [`ConnectorState::missing`].
+    unreadable: HashMap<String, (String, u64)>,
     /// Files whose modification time the log said is in the future (each named once).
     future_reported: BTreeSet<String>,
     /// Unfinished files a task did not find at their listed path (a log rotated before its
@@ -371,7 +364,7 @@ impl ConnectorState {
     /// out come only while a file is [`ConnectorState::missing`].
     fn next_listed(&mut self) -> Option<(String, bool, bool)> {
         let settings = self.settings();
-        let searching = !self.missing.is_empty();
+        let searching = !self.missing.is_empty() || !self.unreadable.is_empty();
         let walk = self.walk.as_mut()?;
         loop {
             let Some((dir, _, entries)) = &walk.current else {
@@ -452,17 +445,17 @@ impl ConnectorState {
                 }
                 Err(_) => continue, // gone meanwhile
             };
-            if self.missing.remove(&id).is_none() && !listed {
+            if self.missing.remove(&id).is_none() && !listed && !self.unreadable.contains_key(&id) {
                 continue;
             }
             let pass = self.walk.as_ref().map_or(0, |w| w.pass);
-            if self.unreadable.contains(&id) {
+            if self.unreadable.contains_key(&id) {
                 if matches!(open(&self.absolute(&relative)), Err(ErrorCode::Access)) {
-                    self.unreadable.first(&id, pass);
+                    self.unreadable.insert(id, (relative, pass));
                     continue;
                 }
-                self.unreadable.forget(&id);
-                log::info(&format!("{} can be read now", printable(&relative)));
+                // Readable now, under this name: decided from its offset (read on).
+                self.unreadable.remove(&id);
             }
             // Two names of one file (hard links, or a symbolic link and its file) listed
             // together: one file, read once, under the first name.
@@ -539,10 +532,20 @@ impl ConnectorState {
         self.unfollowed_links.forget_unseen_since(walk.pass);
         self.unlistable.forget_unseen_since(walk.pass);
         self.failed_cleanups.forget_unseen_since(walk.pass);
-        self.unreadable.forget_unseen_since(walk.pass);
         // A whole pass did not find it under any name: removed, or moved out of the
         // directory, before its task could read on. Said, as what it still held is lost.
         let directory = printable(&self.settings().directory);
+        self.unreadable.retain(|_, (path, seen)| {
+            if *seen >= walk.pass {
+                return true;
+            }
+            log::warn(&format!(
+                "{}: it could not be read, and no file in {directory} is it any more (removed, or moved out): \
+                 what it held past its committed offset is not read",
+                printable(path),
+            ));
+            false
+        });
         self.missing.retain(|_, (path, since)| {
             if *since > walk.pass {
                 return true;
@@ -686,11 +689,7 @@ impl ConnectorState {
             Err(e) => {
                 let pass = self.walk.as_ref().map_or(self.passes + 1, |w| w.pass);
                 if self.failed_cleanups.first(relative, pass) {
-                    log::warn(&format!(
-                        "cleanup of {} failed: {}; tried again at every listing",
-                        printable(relative),
-                        io_text(&e)
-                    ));
+                    log::warn(&format!("cleanup of {} failed: {}", printable(relative), io_text(&e)));
                 }
                 false
             }
@@ -749,7 +748,8 @@ impl ConnectorState {
                             // Where it was listed, but its task could not open it (its mode or
                             // owner): it waits there, tried at each listing, rather than be
                             // searched for and handed out again at every one.
-                            self.unreadable.first(&id, self.passes + 1);
+                            let pass = self.walk.as_ref().map_or(self.passes + 1, |w| w.pass);
+                            self.unreadable.insert(id.clone(), (relative, pass));
                         } else {
                             // Not where it was listed: the next walk finds it wherever it is now.
                             self.missing.insert(id.clone(), (relative, self.passes + 1));
@@ -1102,17 +1102,20 @@ fn validate_settings(config: &Config) -> Vec<ConfigProblem> {
     if let Err(e) = std::fs::read_dir(&settings.directory) {
         // The sandbox sees only what is granted, so a directory that exists outside the
         // grants is "not found" too; the WASI error number would mislead beside it.
-        let why = match e.kind() {
-            std::io::ErrorKind::NotFound => "it does not exist, or is not granted".to_string(),
-            kind => kind.to_string(),
-        };
-        return vec![ConfigProblem {
-            key: "fs.listing.directory.path".into(),
-            message: format!(
+        // WASI's EACCES (2): the directory's mode or owner, which no grant changes.
+        let message = if e.raw_os_error() == Some(2) {
+            format!("'{}' cannot be listed (permission denied: the worker's user may not read it)", settings.directory)
+        } else {
+            let why = match e.kind() {
+                std::io::ErrorKind::NotFound => "it does not exist, or is not granted".to_string(),
+                kind => kind.to_string(),
+            };
+            format!(
                 "'{}' cannot be listed ({why}); grant it with sandbox.fs.read, or sandbox.fs.write when fs.cleanup.policy deletes or moves",
                 settings.directory
-            ),
-        }];
+            )
+        };
+        return vec![ConfigProblem { key: "fs.listing.directory.path".into(), message }];
     }
     // Every path the cleanup writes to must be granted for writing: said now, not at
     // the first file's cleanup.
@@ -1422,7 +1425,7 @@ impl TaskState {
         let file = &mut self.files[index];
         let missing = |why: String| (End::Missing, why);
         let descriptor = open(&file.absolute).map_err(|e| match e {
-            ErrorCode::Access => missing(format!("cannot be opened: {}; read once it can be", error_text(e))),
+            ErrorCode::Access => missing(format!("cannot be opened: {}", error_text(e))),
             e => missing(format!("not found at its listed path ({})", error_text(e))),
         })?;
         let id = descriptor.metadata_hash().map(hash_hex).map_err(|e| missing(error_text(e)))?;
@@ -1656,7 +1659,7 @@ impl TaskState {
         let descriptor = match open(&file.absolute) {
             Ok(d) if d.metadata_hash().map(hash_hex).ok().as_deref() == Some(file.key.id.as_str()) => Rc::new(d),
             Err(e @ ErrorCode::Access) => {
-                let why = format!("cannot be opened: {}; read once it can be", error_text(e));
+                let why = format!("cannot be opened: {}", error_text(e));
                 return file.finish(batch, None, End::Missing, Some(why));
             }
             _ => {

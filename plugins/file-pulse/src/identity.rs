@@ -89,7 +89,7 @@ pub fn decide(
         };
     }
     match offset.end {
-        End::Missing => read_on("found again after it was missing"),
+        End::Missing => read_on("found again after it was missing, or could not be opened"),
         End::Failed if shrank => next_version("it was rewritten after it failed"),
         End::Failed if !unchanged => read_on("it changed after it failed"),
         End::Failed if cleanup == Cleanup::Move => read_on("it was moved back after it failed"),
