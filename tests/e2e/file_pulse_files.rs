@@ -205,8 +205,18 @@ fn a_file_the_worker_may_not_read_is_said_once_and_read_when_it_can_be() {
     drop_file(&run.inbox, "a.txt", (lines("a").join("\n") + "\n").as_bytes());
 
     let log = run.dir.path().join("stderr");
-    let mut command = sluice();
-    command.arg("run").arg("--plugin-path").arg(&run.plugins).arg("--data-dir").arg(&run.data).arg(&run.file);
+    // A copy of the binary in the test's folder: `nobody` may not reach the build's.
+    let binary = run.dir.path().join("sluice");
+    std::fs::copy(env!("CARGO_BIN_EXE_sluice"), &binary).unwrap();
+    let mut command = std::process::Command::new(&binary);
+    command
+        .env("SLUICE_LOG", "warn")
+        .arg("run")
+        .arg("--plugin-path")
+        .arg(&run.plugins)
+        .arg("--data-dir")
+        .arg(&run.data)
+        .arg(&run.file);
     command.stderr(std::fs::File::create(&log).unwrap());
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
