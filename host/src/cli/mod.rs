@@ -371,11 +371,12 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Topics { command: TopicsCommand::List { data, worker, tenant } } => {
-            let stores = worker.existing_stores(&data)?;
+            let worker = worker.load()?;
+            let stores = Stores::open_existing(&worker, &data.dir())?;
             known_topics_tenant(&stores, &tenant.tenant)?;
             let topics = stores.local().topics(&tenant.tenant)?;
             if topics.is_empty()
-                && let Some(elsewhere) = kafka_topics_hint(&worker.load()?)
+                && let Some(elsewhere) = kafka_topics_hint(&worker)
             {
                 say!("the local log has no topics{elsewhere}");
             }
@@ -385,8 +386,9 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Topics { command: TopicsCommand::Read { topic, data, worker, tenant, json, from } } => {
-            let hint = kafka_topics_hint(&worker.load()?).unwrap_or_default();
-            read_topic(&worker.existing_stores(&data)?, &tenant.tenant, &topic, json, from, &hint)
+            let worker = worker.load()?;
+            let hint = kafka_topics_hint(&worker).unwrap_or_default();
+            read_topic(&Stores::open_existing(&worker, &data.dir())?, &tenant.tenant, &topic, json, from, &hint)
         }
     }
 }
@@ -779,7 +781,7 @@ fn delete_offset(
 /// say where to look rather than suggest nothing was written.
 fn kafka_topics_hint(worker: &WorkerConfig) -> Option<String> {
     let kafka = worker.kafka.as_ref()?;
-    let servers = kafka.client.get("bootstrap.servers").map_or("", |s| s.as_str());
+    let servers = kafka.bootstrap_servers();
     Some(format!(
         "; records sent with destination=kafka are in the Kafka cluster at {servers}: read them with a Kafka consumer (kcat -C -b {servers} -t TOPIC)"
     ))

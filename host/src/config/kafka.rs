@@ -56,6 +56,11 @@ const WORKER_KEYS: &[(&str, &str)] = &[
 const MANAGED_CLIENT_KEYS: &[&str] = &["transactional.id", "enable.idempotence", "isolation.level"];
 
 impl KafkaConfig {
+    /// `bootstrap.servers`, the brokers every client starts from (checked present).
+    pub fn bootstrap_servers(&self) -> &str {
+        self.client.get("bootstrap.servers").map_or("", String::as_str)
+    }
+
     /// Reads `[kafka]`; errors name the key.
     pub fn parse(table: BTreeMap<String, toml::Value>) -> anyhow::Result<KafkaConfig> {
         let mut values = as_text(table);

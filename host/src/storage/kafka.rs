@@ -396,7 +396,7 @@ impl KafkaBackend {
         let admin = admin_client(kafka)?;
         ensure_compacted_topics(
             &admin,
-            kafka.client.get("bootstrap.servers").map_or("", |s| s),
+            kafka.bootstrap_servers(),
             &[
                 (&kafka.offsets, "offset.storage.topic"),
                 (&kafka.configs, "config.storage.topic"),

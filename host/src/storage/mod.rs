@@ -154,9 +154,8 @@ impl Stores {
             StorageKind::Sqlite => Ok(Stores::from_backend(database)),
             StorageKind::Kafka => {
                 let kafka = worker.kafka.as_ref().context("[storage] kind = \"kafka\" needs a [kafka] section")?;
-                let backend = kafka::KafkaBackend::open(kafka).with_context(|| {
-                    format!("[storage] kind = \"kafka\" on {}", kafka.client.get("bootstrap.servers").map_or("", |s| s))
-                })?;
+                let backend = kafka::KafkaBackend::open(kafka)
+                    .with_context(|| format!("[storage] kind = \"kafka\" on {}", kafka.bootstrap_servers()))?;
                 // The local log keeps its records and offsets in the data directory; the
                 // herder refuses destination=local on Kafka storage, so no offset of a
                 // connector is in two places.

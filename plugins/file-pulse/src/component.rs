@@ -232,8 +232,9 @@ fn io_text(e: &std::io::Error) -> String {
 // ---------------------------------------------------------------- connector
 
 /// What the log named once and should not repeat at every listing while it lasts (a link
-/// that cannot be followed, a folder that cannot be listed, a cleanup that failed), each with the listing pass that last saw it: forgotten after a whole pass
-/// without it, and named again if it comes back.
+/// that cannot be followed, a folder that cannot be listed, a cleanup that failed), each
+/// with the listing pass that last saw it: forgotten after a whole pass without it, and
+/// named again if it comes back.
 #[derive(Default)]
 struct SaidOnce(HashMap<String, u64>);
 
@@ -351,6 +352,12 @@ impl ConnectorState {
         is_current(&self.known, entry)
     }
 
+    /// The listing pass under way, or the next one between passes: the pass that must see
+    /// what is noted now for it to be kept.
+    fn pass_now_or_next(&self) -> u64 {
+        self.walk.as_ref().map_or(self.passes + 1, |w| w.pass)
+    }
+
     fn window(&self) -> usize {
         (MAX_IN_FLIGHT / self.max_tasks.max(1)).max(MIN_WINDOW)
     }
@@ -445,11 +452,12 @@ impl ConnectorState {
                 }
                 Err(_) => continue, // gone meanwhile
             };
-            if self.missing.remove(&id).is_none() && !listed && !self.unreadable.contains_key(&id) {
+            let unreadable = self.unreadable.contains_key(&id);
+            if self.missing.remove(&id).is_none() && !listed && !unreadable {
                 continue;
             }
             let pass = self.walk.as_ref().map_or(0, |w| w.pass);
-            if self.unreadable.contains_key(&id) {
+            if unreadable {
                 if matches!(open(&self.absolute(&relative)), Err(ErrorCode::Access)) {
                     self.unreadable.insert(id, (relative, pass));
                     continue;
@@ -575,7 +583,7 @@ impl ConnectorState {
                 (modified - now) / 1000
             ));
         }
-        now.saturating_sub(modified) < minimum_age_ms
+        modified_within(seen, minimum_age_ms)
     }
 
     /// Reads the committed offsets of `batch` in one call and decides each file.
@@ -687,7 +695,7 @@ impl ConnectorState {
                 false
             }
             Err(e) => {
-                let pass = self.walk.as_ref().map_or(self.passes + 1, |w| w.pass);
+                let pass = self.pass_now_or_next();
                 if self.failed_cleanups.first(relative, pass) {
                     log::warn(&format!("cleanup of {} failed: {}", printable(relative), io_text(&e)));
                 }
@@ -748,7 +756,7 @@ impl ConnectorState {
                             // Where it was listed, but its task could not open it (its mode or
                             // owner): it waits there, tried at each listing, rather than be
                             // searched for and handed out again at every one.
-                            let pass = self.walk.as_ref().map_or(self.passes + 1, |w| w.pass);
+                            let pass = self.pass_now_or_next();
                             self.unreadable.insert(id.clone(), (relative, pass));
                         } else {
                             // Not where it was listed: the next walk finds it wherever it is now.
