@@ -281,12 +281,13 @@ pub async fn put_config(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let Value::Object(values) = json_body(&body)? else {
+    let Value::Object(mut values) = json_body(&body)? else {
         return Err(ApiError::bad_request("Expected the connector's config: a JSON object of string values"));
     };
+    unqualify_name(&mut values, &name);
     // The URL's name first: one a tenant may not use is said to be that, not a mismatch.
     let (ns, config) = new_config(&caller, &name, &values)?;
-    name_matches_url(&values, &name)?;
+    name_matches_url(&mut values, &name)?;
     let put = match state.herder.check(&config) {
         Ok(()) => state.herder.put_config(config.clone()).await,
         Err(error) => Err(error.into()),
@@ -299,15 +300,26 @@ pub async fn put_config(
 }
 
 /// A body's `name`, if it has one, is the connector's in the URL (the operator's
-/// `tenant/name` names `name`).
-fn name_matches_url(values: &Map<String, Value>, name: &str) -> Result<(), ApiError> {
+/// `tenant/name` names `name`, and may be given either way: as the URL says it, or as the
+/// tenant's config stores it).
+fn name_matches_url(values: &mut Map<String, Value>, name: &str) -> Result<(), ApiError> {
     let unqualified = name.rsplit('/').next().unwrap_or(name);
+    unqualify_name(values, name);
     match values.get(NAME) {
         Some(in_config) if in_config.as_str() != Some(unqualified) => Err(ApiError::bad_request(format!(
             "Connector name configuration ({}) doesn't match connector name in the URL ({unqualified})",
             in_config.as_str().map(String::from).unwrap_or_else(|| in_config.to_string())
         ))),
         _ => Ok(()),
+    }
+}
+
+/// A body's `name` given as the operator's URL gives it (`tenant/name`), as the tenant's
+/// config stores it (`name`).
+fn unqualify_name(values: &mut Map<String, Value>, name: &str) {
+    let unqualified = name.rsplit('/').next().unwrap_or(name);
+    if unqualified != name && values.get(NAME).and_then(Value::as_str) == Some(name) {
+        values.insert(NAME.to_string(), Value::String(unqualified.to_string()));
     }
 }
 
@@ -319,10 +331,10 @@ pub async fn patch_config(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let Value::Object(patch) = json_body(&body)? else {
+    let Value::Object(mut patch) = json_body(&body)? else {
         return Err(ApiError::bad_request("Expected the keys to change: a JSON object of string (or null) values"));
     };
-    name_matches_url(&patch, &name)?;
+    name_matches_url(&mut patch, &name)?;
     let ns = caller.namespace(&name)?;
     let refused = |e: ApiError| HerderError::Refused(e.message);
     // The patched config, kept to name every problem in it when it is refused.
@@ -382,6 +394,30 @@ pub async fn tasks(
         })
         .collect();
     Ok(Json(Value::Array(tasks)))
+}
+
+/// `GET /connectors/{name}/tasks-config`: Connect 3.x's map from `<name>-<task>` to each
+/// task's config (deprecated by KIP-970 and gone in Connect 4.0; kept for 3.x scripts).
+pub async fn tasks_config(
+    State(state): Shared,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ns = caller.namespace(&name)?;
+    let display = caller.name_of(&ns);
+    let tasks: serde_json::Map<String, Value> = state
+        .herder
+        .task_configs(&ns)
+        .await?
+        .into_iter()
+        .enumerate()
+        .map(|(task, config)| {
+            let config: serde_json::Map<String, Value> =
+                config.into_iter().map(|(key, value)| (key, Value::String(value))).collect();
+            (format!("{display}-{task}"), Value::Object(config))
+        })
+        .collect();
+    Ok(Json(Value::Object(tasks)))
 }
 
 /// `GET /connectors/{name}/tasks/{task}/status`

@@ -24,13 +24,14 @@ mod plugins;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, patch, post, put};
-use axum::{Extension, Json, Router, ServiceExt};
+use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 use tower::Layer;
 use tower_http::normalize_path::NormalizePathLayer;
@@ -85,6 +86,7 @@ fn routes() -> Vec<(Method, &'static str, MethodRouter<Shared>)> {
         (Method::PUT, "/connectors/{name}/resume", put(connectors::resume)),
         (Method::PUT, "/connectors/{name}/stop", put(connectors::stop)),
         (Method::GET, "/connectors/{name}/tasks", get(connectors::tasks)),
+        (Method::GET, "/connectors/{name}/tasks-config", get(connectors::tasks_config)),
         (Method::GET, "/connectors/{name}/tasks/{task}/status", get(connectors::task_status)),
         (Method::POST, "/connectors/{name}/tasks/{task}/restart", post(connectors::restart_task)),
         (Method::GET, "/connectors/{name}/topics", get(connectors::topics)),
@@ -141,15 +143,81 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .with_state(state)
 }
 
+/// How long a client may take to send a request's headers, and an idle kept-alive
+/// connection may stay open: Jetty's idle timeout in Connect. Without it a client that
+/// opens connections and sends nothing holds a descriptor each for ever.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a stop waits for the requests in flight before it goes on to stop the
+/// connectors: a client that never finishes its request must not hold up a SIGTERM
+/// (a container's grace is often 30 s, and the connectors' own stop needs part of it).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Serves the API on `listener` until `shutdown` resolves, then finishes the requests in
-/// flight.
+/// flight, waiting at most [`SHUTDOWN_GRACE`] for them.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<ApiState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = NormalizePathLayer::trim_trailing_slash().layer(router(state));
-    axum::serve(listener, ServiceExt::<Request>::into_make_service(app)).with_graceful_shutdown(shutdown).await
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    let connections = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut accept_failure = String::new();
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                // Out of descriptors, most likely: say so once, and let the connections
+                // that hold them finish before trying again.
+                let failure = e.to_string();
+                if failure != accept_failure {
+                    tracing::error!("the REST API cannot accept a connection: {failure}");
+                    accept_failure = failure;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(200)) => continue,
+                    () = &mut shutdown => break,
+                }
+            }
+        };
+        accept_failure.clear();
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = connections.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("REST API connection ended: {e}");
+            }
+        });
+    }
+    drop(listener);
+    let in_flight = connections.count();
+    if tokio::time::timeout(SHUTDOWN_GRACE, connections.shutdown()).await.is_err() {
+        tracing::warn!(
+            "stopping without waiting longer for REST API requests still in flight ({in_flight} connections \
+             were open; a client that has not finished sending its request is not waited for past {} s)",
+            SHUTDOWN_GRACE.as_secs()
+        );
+    }
+    Ok(())
+}
+
+/// An accept error that concerns only the connection being accepted (the client gave
+/// up), not the listener.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
 }
 
 /// Any error response that is not JSON yet (the framework's 404, 405, 413, 400 for a bad
@@ -232,8 +300,11 @@ async fn openapi_json() -> Json<Value> {
     Json(openapi::document())
 }
 
-/// A request body as JSON, whatever its content type says.
+/// A request body as JSON, whatever its content type says, after a UTF-8 byte-order mark
+/// if it starts with one (Windows editors and PowerShell write one; Connect's Jackson
+/// skips it).
 fn json_body(body: &Bytes) -> Result<Value, ApiError> {
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("This request needs a JSON body"));
     }
@@ -254,7 +325,8 @@ fn bool_param(pairs: &[(String, String)], name: &str) -> Result<bool, ApiError> 
 /// [`bool_param`] with `absent` when the parameter is not given at all (an empty value is
 /// false, as JAX-RS reads one into Connect's `Boolean`).
 fn bool_param_or(pairs: &[(String, String)], name: &str, absent: bool) -> Result<bool, ApiError> {
-    match pairs.iter().rev().find(|(key, _)| key == name).map(|(_, value)| value.trim()) {
+    // The first of a repeated parameter, as JAX-RS gives Connect a single-valued one.
+    match pairs.iter().find(|(key, _)| key == name).map(|(_, value)| value.trim()) {
         None => Ok(absent),
         Some("") => Ok(false),
         Some(value) if value.eq_ignore_ascii_case("true") => Ok(true),

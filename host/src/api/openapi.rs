@@ -168,6 +168,15 @@ pub fn document() -> Value {
         "/connectors/{name}/tasks": {
             "get": operation("The connector's task configs", vec![name()], None, &[("200", "Tasks", Some(json!({ "type": "array", "items": schema_ref("TaskInfo") })))]),
         },
+        "/connectors/{name}/tasks-config": {
+            "get": operation(
+                "Each task's config by `<name>-<task>` (Connect 3.x; deprecated by KIP-970)",
+                vec![name()],
+                None,
+                &[("200", "Task configs", Some(json!({ "type": "object", "additionalProperties": {
+                    "type": "object", "additionalProperties": { "type": "string" } } })))],
+            ),
+        },
         "/connectors/{name}/tasks/{task}/status": {
             "get": operation("One task's state", vec![name(), task()], None, &[("200", "The task", Some(schema_ref("TaskStatus")))]),
         },

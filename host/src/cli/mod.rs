@@ -289,6 +289,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
             .with_ansi(std::io::stderr().is_terminal());
         tracing_subscriber::registry().with(filter).with(output).init();
     }
+    raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -309,6 +310,22 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
         Err(e) => {
             say!("error: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Raises the soft limit on open files to the hard one, as Go's runtime and most servers
+/// do: a worker holds a descriptor per file its tasks read, per plugin sandbox's files and
+/// per REST connection, and a shell's usual 1,024 runs out long before the machine does.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                tracing::debug!("cannot raise the open-file limit: {}", std::io::Error::last_os_error());
+            }
         }
     }
 }

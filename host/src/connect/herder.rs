@@ -573,9 +573,21 @@ impl Herder {
             return Ok(());
         }
         let config = entry.config.clone();
-        let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
-        let entry = self.launch(ns, config, admitted, target);
-        connectors.insert(ns.clone(), entry);
+        entry.target = target;
+        match admission::admit(&self.services, &config, &self.running(&connectors)).await {
+            Ok(admitted) => {
+                let entry = self.launch(ns, config, admitted, target);
+                connectors.insert(ns.clone(), entry);
+            }
+            // As in Connect, a resume only sets the target state: a connector that then
+            // cannot start (its plugin file removed meanwhile, its tenant's quota full) is
+            // FAILED with why, and a restart tries again once that is mended.
+            Err(e) => {
+                tracing::error!(tenant = %ns.tenant, connector = %ns.connector, "cannot start: {e}");
+                self.services.board.set_connector(ns, State::Failed, Some(e.to_string()));
+                self.services.board.retain_tasks(ns, 0);
+            }
+        }
         Ok(())
     }
 

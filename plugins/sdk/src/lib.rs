@@ -476,7 +476,9 @@ impl Config {
     {
         match self.get(key) {
             None => Ok(default),
-            Some(text) => text.trim().parse().map_err(|e| Error::InvalidConfig(format!("{key}: '{text}' {e}"))),
+            Some(text) => text.trim().parse().map_err(|e| {
+                Error::InvalidConfig(format!("{key}: '{text}' is not {} ({e})", value_kind(std::any::type_name::<T>())))
+            }),
         }
     }
 
@@ -484,6 +486,17 @@ impl Config {
     pub fn with(mut self, key: &str, value: impl ToString) -> Config {
         self.0.insert(key.to_string(), value.to_string());
         self
+    }
+}
+
+/// What a config value parsed as the type named `type_name` must be, in words.
+fn value_kind(type_name: &str) -> &str {
+    match type_name {
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a whole number of 0 or more",
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number",
+        "f32" | "f64" => "a number",
+        "bool" => "a boolean (true or false)",
+        other => other,
     }
 }
 

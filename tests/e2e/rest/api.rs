@@ -1,6 +1,8 @@
 //! Every endpoint of the REST API against a real `sluice serve`, with Kafka Connect's
 //! status codes and bodies, the liberal input Connect takes, and its error bodies.
 
+use std::io::{Read, Write};
+
 use serde_json::{Value, json};
 
 use super::{Server, all_in, counter_records, plugin_folder};
@@ -124,6 +126,11 @@ fn the_connector_lifecycle_answers_as_kafka_connect_does() {
     let tasks = server.get("/connectors/a/tasks").json();
     assert_eq!(tasks[1]["id"], json!({"connector": "a", "task": 1}));
     assert_eq!(tasks[1]["config"]["connector.class"], "counter");
+    // Connect 3.x's form of the same, which 3.x scripts still call.
+    let tasks_config = server.get("/connectors/a/tasks-config").json();
+    assert_eq!(tasks_config.as_object().map(|o| o.len()), Some(2), "{tasks_config}");
+    assert_eq!(tasks_config["a-1"], tasks[1]["config"], "{tasks_config}");
+    server.get("/connectors/nope/tasks-config").assert_error(404);
     let task = server.get("/connectors/a/tasks/1/status").json();
     assert_eq!(task["id"], 1);
     assert_eq!(task["state"], "RUNNING");
@@ -457,6 +464,18 @@ fn errors_are_connect_json_and_input_is_taken_liberally() {
         server.raw(&format!("POST /connectors/lib/restart/?includeTasks=TRUE&onlyFailed=False HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"));
     assert_eq!(status, 202, "{answer}");
     assert_eq!(server.get("/connectors/?expand=STATUS").json()["lib"]["status"]["name"], "lib");
+    // A repeated parameter counts by its first value, as JAX-RS gives it to Connect.
+    assert_eq!(
+        server.call("POST", "/connectors/lib/restart?includeTasks=false&includeTasks=true", None, None).status,
+        204
+    );
+    // A body saved by an editor that starts it with a UTF-8 byte-order mark.
+    let body = format!(
+        "\u{feff}{}",
+        json!({"name": "bom", "config": {"connector.class": "counter", "topic": "lib", "record.count": "5"}})
+    );
+    let created = server.call("POST", "/connectors", None, Some(&body));
+    assert_eq!(created.status, 201, "{created:?}");
     wait_until("lib's five records", || {
         let offsets = server.get("/connectors/lib2/offsets").json();
         (offsets["offsets"][0]["offset"]["seq"] == 4).then_some(())
@@ -480,6 +499,42 @@ fn a_body_that_stops_coming_part_way_is_given_up_on() {
     assert!(body.contains("not received within"), "{body}");
     assert!(started.elapsed() >= std::time::Duration::from_secs(29), "given up on before it was idle 30 s");
     server.get("/connectors/stalled").assert_error(404);
+}
+
+/// A client that opens a connection and never finishes its request's headers holds it
+/// for 30 s at most (Jetty's idle timeout in Connect), and does not hold up a SIGTERM: the
+/// worker stops its connectors, committing, after waiting 10 s for requests in flight.
+#[test]
+fn a_request_whose_headers_never_finish_holds_neither_a_connection_nor_a_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut server = Server::start(&data, &plugin_folder(dir.path(), &["counter"]), None);
+    let address = server.base.trim_start_matches("http://").to_string();
+    let half_sent = || {
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        stream.write_all(b"GET /connectors HTTP/1.1\r\nHost: x").unwrap();
+        stream.set_read_timeout(Some(crate::DEADLINE)).unwrap();
+        stream
+    };
+    let mut idle = half_sent();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    // Closed by the server (an EOF, or a reset), not by this read's own timeout.
+    let _ = idle.read_to_end(&mut answer);
+    assert!(started.elapsed() < crate::DEADLINE, "the half-sent request's connection was kept open");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(25), "closed before it was idle 30 s");
+
+    let body = counter("c", json!({"records.per.second": "100"}));
+    assert_eq!(server.call("POST", "/connectors", None, Some(&body)).status, 201);
+    server.wait_for("c running", "/connectors/c/status", None, |s| all_in(s, "RUNNING", 2));
+    let _held = half_sent();
+    // `terminate` waits for the exit, failing past its generous deadline.
+    assert!(server.terminate().success());
+    let log = server.log();
+    assert!(log.contains("stopping without waiting longer for REST API requests"), "{log}");
+    let stores = crate::stores(&data).unwrap();
+    let committed = stores.offsets().all_offsets(&sluice::storage::Namespace::new("default", "c")).unwrap();
+    assert!(!committed.is_empty(), "the stop committed no offset");
 }
 
 #[test]

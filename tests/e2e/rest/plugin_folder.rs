@@ -150,6 +150,38 @@ fn a_connector_whose_plugin_was_gone_at_start_is_restarted_once_it_is_back() {
     crate::wait_until("c streaming again", || (counter_records(&data, "default", "c").len() > before).then_some(()));
 }
 
+/// As in Connect, resume only sets the target state: a STOPPED connector whose plugin file
+/// was removed meanwhile is resumed (202) and FAILED with why, and a restart starts it
+/// once the file is back.
+#[test]
+fn a_stopped_connector_resumed_without_its_plugin_fails_and_restarts_once_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plugins = plugin_folder(dir.path(), &[]);
+    let code = std::fs::read(built_plugin("counter")).unwrap();
+    std::fs::write(plugins.join("cnt2.wasm"), &code).unwrap();
+    let server = Server::start(&data, &plugins, None);
+    crate::wait_until("cnt2 listed", || plugin_version(&server, "cnt2"));
+    let body = json!({"name": "r", "config": {"connector.class": "cnt2", "topic": "r", "records.per.second": "100"}});
+    assert_eq!(server.call("POST", "/connectors", None, Some(&body.to_string())).status, 201);
+    server.wait_for("r running", "/connectors/r/status", None, |s| all_in(s, "RUNNING", 1));
+    assert_eq!(server.call("PUT", "/connectors/r/stop", None, None).status, 204);
+
+    std::fs::remove_file(plugins.join("cnt2.wasm")).unwrap();
+    crate::wait_until("cnt2 gone", || plugin_version(&server, "cnt2").is_none().then_some(()));
+    assert_eq!(server.call("PUT", "/connectors/r/resume", None, None).status, 202);
+    let failed = server.wait_for("r failed", "/connectors/r/status", None, |s| s["connector"]["state"] == "FAILED");
+    assert!(failed["connector"]["trace"].as_str().is_some_and(|t| t.contains("cnt2")), "{failed}");
+    assert_eq!(failed["tasks"], json!([]), "{failed}");
+
+    std::fs::write(plugins.join("cnt2.wasm"), &code).unwrap();
+    crate::wait_until("cnt2 back", || plugin_version(&server, "cnt2"));
+    assert_eq!(server.call("POST", "/connectors/r/restart?includeTasks=true", None, None).status, 202);
+    server.wait_for("r running again", "/connectors/r/status", None, |s| all_in(s, "RUNNING", 1));
+    let before = counter_records(&data, "default", "r").len();
+    crate::wait_until("r streaming again", || (counter_records(&data, "default", "r").len() > before).then_some(()));
+}
+
 #[test]
 fn a_connector_whose_granted_directory_was_gone_at_start_stays_listed_failed() {
     let dir = tempfile::tempdir().unwrap();

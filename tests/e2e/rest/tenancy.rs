@@ -221,6 +221,15 @@ fn tenants_see_and_touch_only_their_own_connectors() {
     assert_eq!(made.status, 201, "{made:?}");
     assert_eq!(made.json()["name"], "globex/by-op");
     assert_eq!(server.call("GET", "/connectors/by-op/config", Some(GLOBEX), None).json()["topic"], "op");
+    // A config read through the operator's view and put back under the name it was
+    // listed by (`globex/by-op`) is the same connector's.
+    let mut config = server.call("GET", "/connectors/globex%2Fby-op/config", Some(OPERATOR), None).json();
+    config["name"] = json!("globex/by-op");
+    config["records.per.second"] = json!("7");
+    let put = server.call("PUT", "/connectors/globex%2Fby-op/config", Some(OPERATOR), Some(&config.to_string()));
+    assert_eq!(put.status, 200, "{put:?}");
+    let stored = server.call("GET", "/connectors/by-op/config", Some(GLOBEX), None).json();
+    assert_eq!((&stored["name"], &stored["records.per.second"]), (&json!("by-op"), &json!("7")), "{stored}");
     assert_eq!(server.call("PUT", "/connectors/globex%2Fby-op/pause", Some(OPERATOR), None).status, 202);
     server.wait_for("by-op paused", "/connectors/by-op/status", Some(GLOBEX), |s| s["connector"]["state"] == "PAUSED");
     assert_eq!(server.call("DELETE", "/connectors/globex%2Fby-op", Some(OPERATOR), None).status, 204);
