@@ -10,7 +10,8 @@
 //! symbolic links) with links that lead nowhere, a log rewritten while its connector
 //! was stopped, logs rotated faster than their tasks start under a filter that leaves out
 //! the rotated names, a last line without newline in an idle log rotated or cleaned up,
-//! and `move` to an archive on another file system.
+//! and `move` to an archive on another file system, and more logs in tail mode than are
+//! followed at once.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -980,4 +981,36 @@ async fn files_are_moved_to_an_archive_on_another_file_system() {
     expected.sort();
     assert_eq!(values, expected, "each line once");
     assert_eq!(host.status("pulse").unwrap().connector.state, State::Running);
+}
+
+/// Tail mode with more logs than file-pulse follows at once (1,024 in all): a log that
+/// keeps growing is never finished, so the logs past the limit would wait for good. The
+/// followed logs take turns with the waiting ones instead: every line of every log
+/// arrives, once, the lines written to a log while it waited its turn included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_logs_than_are_followed_at_once_take_turns_in_tail_mode() {
+    const LOGS: usize = 1_040;
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let log = |i: usize| dirs.inbox.path().join(format!("log{i:04}.log"));
+    let mut written = Vec::new();
+    for i in 0..LOGS {
+        written.push(format!("log{i:04}-1"));
+        std::fs::write(log(i), format!("log{i:04}-1\n")).unwrap();
+    }
+    let config = dirs.config(&[("file.completion", "tail"), ("tasks.max", "2"), ("monitor.interval.ms", "200")]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("a first line from every log", || (host.values("lines").len() >= LOGS).then_some(())).await;
+    // Every log grows again: those followed now, and those that gave their place.
+    for i in 0..LOGS {
+        written.push(format!("log{i:04}-2"));
+        let mut out = std::fs::OpenOptions::new().append(true).open(log(i)).unwrap();
+        writeln!(out, "log{i:04}-2").unwrap();
+    }
+    wait_until("every log's second line committed", || {
+        let offsets = offsets_by_path(&host);
+        (offsets.len() == LOGS && offsets.values().all(|o| o["line"] == 2)).then_some(())
+    })
+    .await;
+    assert_each_once(host.values("lines"), written);
 }

@@ -273,6 +273,17 @@ enum KnownState {
     Failed { seen: Seen, parked: bool },
 }
 
+/// A file a task follows, as `take_turns` sees it.
+#[derive(Clone, Copy)]
+struct Followed {
+    /// Its last committed (position, size, mtime).
+    mark: Option<(u64, u64, u64)>,
+    /// Since when that has not changed.
+    quiet_since: u64,
+    /// Since when its task holds it.
+    held_since: u64,
+}
+
 /// A walk over the listed directory, a slice per tick.
 struct Walk {
     pass: u64,
@@ -288,6 +299,10 @@ struct Walk {
 /// tasks' memory, whatever the size of the directory.
 const MAX_IN_FLIGHT: usize = 1024;
 const MIN_WINDOW: usize = 16;
+/// Tail mode, with every task's window full and files waiting: how long a followed file
+/// must show no committed progress before it gives its place to a waiting one (see
+/// `ConnectorState::take_turns`).
+const TAIL_TURN_MS: u64 = 5_000;
 /// Work per tick on the directory walk; the rest waits for the next tick.
 const WALK_BUDGET: Duration = Duration::from_millis(40);
 /// Files whose offsets are read in one `offsets` call.
@@ -324,6 +339,13 @@ struct ConnectorState {
     unlistable: SaidOnce,
     /// Files whose cleanup the log said failed (it is tried again at every listing).
     failed_cleanups: SaidOnce,
+    /// Each file a task follows: its last committed (position, size, mtime), since when
+    /// it has been that, and since when its task has held it (see `take_turns`).
+    followed: HashMap<String, Followed>,
+    /// When followed files last took turns with waiting ones.
+    last_turn_ms: u64,
+    /// Whether the log said that tail files take turns (said again once none waits).
+    turns_said: bool,
     /// Files a task could not open though they were where they were listed (their mode or
     /// owner does not let the worker read them), by identity: the name they were last
     /// seen under, and the pass that last saw them. Not handed out again until they open;
@@ -884,6 +906,95 @@ impl ConnectorState {
             .collect()
     }
 
+    /// Tail mode never finishes a file that keeps growing, so once every task's window is
+    /// full the files past it would wait for good (a directory of more logs than
+    /// `MAX_IN_FLIGHT`). So followed files take turns: while files wait and no task has
+    /// room, at most once every [`TAIL_TURN_MS`], as many followed files as wait leave
+    /// their tasks' lists (unfinished: their committed offsets stay) for the back of the
+    /// queue, and the waiting files take their places. A file that leaves is read on from
+    /// its offset when its turn comes again, as after any task restart. Those that leave are
+    /// the ones quiet longest (no committed progress: read to their end) among those
+    /// followed for at least a turn, and never files of a task holding a file no longer at
+    /// its listed path (a restart would lose the rest of that one).
+    ///
+    /// Returns the tasks whose lists changed and the files that left them, which join the
+    /// queue only after this tick's assignment: a file handed to another task in the same
+    /// reconfiguration could be read there before its old task has committed and stopped.
+    fn take_turns(&mut self, now: u64, offsets: &[Option<FileOffset>]) -> (BTreeSet<usize>, Vec<Assigned>) {
+        if self.settings().completion != Completion::Tail {
+            return Default::default();
+        }
+        let mut followed = HashMap::new();
+        let mut candidates: Vec<(usize, String, u64)> = Vec::new();
+        let mut offsets = offsets.iter();
+        for (task, files) in self.assignment.tasks.iter().enumerate() {
+            for (file, offset) in files.iter().zip(offsets.by_ref()) {
+                if !self.is_open(file) {
+                    continue;
+                }
+                let mark = offset.as_ref().map(|o| (o.position, o.size, o.mtime));
+                let entry = match self.followed.get(&file.id) {
+                    Some(last) if last.mark == mark => *last,
+                    Some(last) => Followed { mark, quiet_since: now, held_since: last.held_since },
+                    None => Followed { mark, quiet_since: now, held_since: now },
+                };
+                followed.insert(file.id.clone(), entry);
+                if now.saturating_sub(entry.held_since) >= TAIL_TURN_MS {
+                    candidates.push((task, file.id.clone(), entry.quiet_since));
+                }
+            }
+        }
+        self.followed = followed;
+        if self.pending.is_empty() {
+            self.turns_said = false;
+            return Default::default();
+        }
+        let window = self.window();
+        let full = self.assignment.tasks.len() >= self.max_tasks.max(1)
+            && self.assignment.tasks.iter().all(|files| files.iter().filter(|f| self.is_open(f)).count() >= window);
+        if !full || now.saturating_sub(self.last_turn_ms) < TAIL_TURN_MS {
+            return Default::default();
+        }
+        if !self.turns_said {
+            self.turns_said = true;
+            log::info(&format!(
+                "{} file(s) wait for a place: at most {} files are followed at once ({} per task), so followed files \
+                 take turns with waiting ones every {} s, the longest quiet first, each read on from its offset \
+                 when its turn comes",
+                self.pending.len(),
+                window * self.assignment.tasks.len(),
+                window,
+                TAIL_TURN_MS / 1000
+            ));
+        }
+        let displaced: Vec<bool> = (0..self.assignment.tasks.len())
+            .map(|task| {
+                self.assignment.tasks[task].iter().filter(|f| self.is_open(f)).any(|f| {
+                    let path = self.known.get(&f.id).map_or(&f.path, |k| &k.path);
+                    identity(&self.absolute(path)).as_deref() != Some(f.id.as_str())
+                })
+            })
+            .collect();
+        candidates.retain(|(task, _, _)| !displaced[*task]);
+        candidates.sort_by_key(|(_, _, quiet)| *quiet);
+        candidates.truncate(self.pending.len());
+        if candidates.is_empty() {
+            return Default::default();
+        }
+        self.last_turn_ms = now;
+        let (mut changed, mut leaving) = (BTreeSet::new(), Vec::new());
+        for (task, id, _) in candidates {
+            self.assignment.tasks[task].retain(|f| f.id != id);
+            changed.insert(task);
+            self.followed.remove(&id);
+            let Some(known) = self.known.get_mut(&id) else { continue };
+            known.state = KnownState::Pending;
+            let (path, version, attempt) = (known.path.clone(), known.version, known.attempt);
+            leaving.push(Assigned { id, path, version, attempt });
+        }
+        (changed, leaving)
+    }
+
     fn assign(&mut self) -> BTreeSet<usize> {
         let window = self.window();
         let held = self.held_tasks();
@@ -1237,7 +1348,10 @@ impl Connector for ConnectorState {
         if self.walk.is_some() {
             self.walk_step();
         }
+        let (turned, leaving) = self.take_turns(now, &offsets);
+        changed.extend(turned);
         changed.extend(self.assign());
+        self.pending.extend(leaving);
         if !changed.is_empty() {
             sluice_connector::request_task_reconfiguration();
         }
