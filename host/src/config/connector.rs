@@ -94,6 +94,17 @@ impl ConnectorConfig {
         for (key, value) in config {
             let text = match value {
                 Value::String(s) => s.clone(),
+                // serde_json reads an integer beyond 64 bits as a float, which would store
+                // other digits than those sent: refused, where Connect's Jackson keeps them.
+                Value::Number(n)
+                    if n.is_f64()
+                        && n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9_007_199_254_740_992.0) =>
+                {
+                    return Err(error(
+                        key,
+                        format!("the number {n} is too large to be kept exactly: give it as a string, in quotes"),
+                    ));
+                }
                 Value::Number(n) => n.to_string(),
                 Value::Bool(b) => b.to_string(),
                 other => return Err(error(key, format!("must be a string, not {other}"))),
@@ -207,5 +218,20 @@ mod tests {
         assert!(e.to_string().starts_with("c.json: malformed JSON"), "{e}");
         let e = parse(r#"{"name":"a","config":{"connector.class":"x","sandbox.fs.read":"/no/such/dir"}}"#).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("sandbox.fs.read"));
+    }
+
+    #[test]
+    fn numbers_are_kept_as_sent_or_refused() {
+        let c = parse(
+            r#"{"name":"a","config":{"connector.class":"c","big":18446744073709551615,"neg":-9007199254740993,"f":1.5}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.get("big"), c.get("neg"), c.get("f")),
+            (Some("18446744073709551615"), Some("-9007199254740993"), Some("1.5"))
+        );
+        let e = parse(r#"{"name":"a","config":{"connector.class":"c","x.big":12345678901234567890123}}"#).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("x.big"));
+        assert!(e.reason.contains("give it as a string"), "{e}");
     }
 }
