@@ -275,8 +275,10 @@ async fn a_stalled_task_is_restarted_alone() {
     .await;
     let stalled_at = Instant::now();
     let restarted = wait_until("task 0 to be restarted", || {
+        // While the task restarts the status may list no task for a moment.
         let tasks = host.status("pulse")?.tasks;
-        (tasks[0].instance != first[0].instance && tasks[0].state == State::Running).then_some(tasks)
+        let task = tasks.first()?;
+        (task.instance != first[0].instance && task.state == State::Running).then_some(tasks)
     })
     .await;
     let waited = stalled_at.elapsed().as_millis() as u64;

@@ -1457,7 +1457,13 @@ impl TaskFile {
         self.offset.done = true;
         self.offset.end = end;
         if let Some(reason) = failed {
-            log::warn(&format!("{}: {reason}", printable(&self.key.path)));
+            // The lines read tell apart two files listed under one name (a log and the
+            // one that replaced it), whose warnings would otherwise read the same.
+            log::warn(&format!(
+                "{}: {reason} (after {} line(s) read from it)",
+                printable(&self.key.path),
+                self.offset.line
+            ));
             self.offset.failed = Some(reason);
         }
         self.finished = true;
