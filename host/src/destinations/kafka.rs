@@ -28,7 +28,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
-use super::{CommitGate, Destination, RetriableDelivery};
+use super::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery};
 use crate::config::TransactionBoundary;
 use crate::config::{DEFAULT_TENANT, KafkaConfig, KafkaSettings};
 use crate::storage::kafka::{
@@ -194,7 +194,7 @@ fn send_all(
     producer: &FutureProducer<KafkaLog>,
     records: &RecordBatch,
     topics: &[String],
-) -> anyhow::Result<Vec<DeliveryFuture>> {
+) -> Result<Vec<DeliveryFuture>, (KafkaError, String)> {
     let mut deliveries = Vec::with_capacity(records.len());
     for (record, topic) in records.iter().zip(topics) {
         let mut headers = OwnedHeaders::new_with_capacity(record.headers().len());
@@ -216,7 +216,7 @@ fn send_all(
 fn send_one(
     producer: &FutureProducer<KafkaLog>,
     mut message: FutureRecord<'_, [u8], [u8]>,
-) -> anyhow::Result<DeliveryFuture> {
+) -> Result<DeliveryFuture, (KafkaError, String)> {
     // A full local queue waits for room: the broker is slower than the plugin.
     loop {
         match producer.send_result(message) {
@@ -225,7 +225,7 @@ fn send_one(
                 message = back;
                 producer.poll(Duration::from_millis(10));
             }
-            Err((e, back)) => anyhow::bail!("cannot produce to {}: {e}", back.topic),
+            Err((e, back)) => return Err((e, back.topic.to_string())),
         }
     }
 }
@@ -282,25 +282,80 @@ struct AtLeastOnceTask {
     offsets: Arc<dyn OffsetStore>,
 }
 
+/// Why Kafka did not take a batch: for a while (a broker away, a leader moving), or for
+/// good (a record too large, a topic it refuses), which no resend mends.
+enum Refusal {
+    ForNow(String),
+    ForGood(String),
+}
+
+impl Refusal {
+    fn of(error: &KafkaError, topic: &str) -> Refusal {
+        match error.rdkafka_error_code() {
+            Some(code) if refused_for_good(code) => Refusal::ForGood(match code {
+                RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize => format!(
+                    "a record for {topic} is larger than Kafka takes ({error}): the producer's message.max.bytes \
+                     (librdkafka's default 1000000; producer.override.message.max.bytes) and the topic's \
+                     max.message.bytes bound a record, sandbox.record.max.bytes bounds it here"
+                ),
+                _ => format!("Kafka refuses records for {topic}: {error}"),
+            }),
+            _ => Refusal::ForNow(error.to_string()),
+        }
+    }
+}
+
+/// Errors a resend of the same records cannot get past.
+fn refused_for_good(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        code,
+        MessageSizeTooLarge
+            | InvalidMessageSize
+            | InvalidTopic
+            | TopicAuthorizationFailed
+            | ClusterAuthorizationFailed
+            | PolicyViolation
+            | InvalidRecord
+            | InvalidRequiredAcks
+            | InvalidArgument
+    )
+}
+
 impl AtLeastOnceTask {
     /// Sends `records` until Kafka has taken every one (after the producer's own retries
     /// for `message.timeout.ms`, the whole batch again, in order: at-least-once), for
-    /// [`RESEND_FOR`] at most.
-    fn send_until_taken(&self, records: &RecordBatch, topics: &[String]) -> anyhow::Result<()> {
+    /// [`RESEND_FOR`] at most. A refusal no resend can mend fails at once, naming why; a
+    /// stop that gives up on the batch (`gate` shut at its deadline) ends the wait at once,
+    /// the batch not committed, so a worker stops in its stop deadline while the cluster is
+    /// away rather than when the resends run out.
+    fn send_until_taken(&self, records: &RecordBatch, topics: &[String], gate: &CommitGate) -> anyhow::Result<()> {
         let started = std::time::Instant::now();
         let mut attempt = 0u32;
         loop {
             let refused = match send_all(&self.producer, records, topics) {
                 Ok(deliveries) => {
-                    deliveries.into_iter().find_map(|delivery| match futures_executor::block_on(delivery) {
-                        Ok(Ok(_)) => None,
-                        Ok(Err((e, _))) => Some(e.to_string()),
-                        Err(_) => Some("the producer went away".to_string()),
-                    })
+                    let mut refused = None;
+                    for (delivery, topic) in deliveries.into_iter().zip(topics) {
+                        match wait_for_delivery(delivery, gate)? {
+                            Ok(Ok(_)) => {}
+                            Ok(Err((e, _))) => {
+                                refused.get_or_insert(Refusal::of(&e, topic));
+                            }
+                            Err(_) => {
+                                refused.get_or_insert(Refusal::ForNow("the producer went away".to_string()));
+                            }
+                        }
+                    }
+                    refused
                 }
-                Err(e) => Some(format!("{e:#}")),
+                Err((e, topic)) => Some(Refusal::of(&e, &topic)),
             };
-            let Some(reason) = refused else { return Ok(()) };
+            let reason = match refused {
+                None => return Ok(()),
+                Some(Refusal::ForGood(reason)) => anyhow::bail!("{reason}"),
+                Some(Refusal::ForNow(reason)) => reason,
+            };
             if started.elapsed() >= RESEND_FOR {
                 anyhow::bail!(
                     "Kafka did not take records for {RESEND_FOR:?} ({reason}); the task resumes from its committed offsets when restarted"
@@ -309,8 +364,45 @@ impl AtLeastOnceTask {
             let delay = Duration::from_secs(1u64 << attempt.min(5)).min(Duration::from_secs(30));
             attempt += 1;
             tracing::warn!("Kafka did not take a batch ({reason}); sending it again in {delay:?}");
-            std::thread::sleep(delay);
+            let resend_at = std::time::Instant::now() + delay;
+            while std::time::Instant::now() < resend_at {
+                if gate.is_shut() {
+                    return Err(DeliveryAbandoned.into());
+                }
+                std::thread::sleep(GATE_LOOK.min(resend_at.saturating_duration_since(std::time::Instant::now())));
+            }
         }
+    }
+}
+
+/// How often a wait on Kafka looks whether its task gave the batch up.
+const GATE_LOOK: Duration = Duration::from_millis(100);
+
+/// A record's delivery report, or [`DeliveryAbandoned`] once `gate` is shut: a record
+/// Kafka does not answer is waited for up to `message.timeout.ms` (2 minutes). Waits on
+/// this thread (the task's delivery lane), woken by the report or every [`GATE_LOOK`].
+fn wait_for_delivery(
+    mut delivery: DeliveryFuture,
+    gate: &CommitGate,
+) -> anyhow::Result<<DeliveryFuture as std::future::Future>::Output> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut context = std::task::Context::from_waker(&waker);
+    loop {
+        if let std::task::Poll::Ready(report) =
+            std::future::Future::poll(std::pin::Pin::new(&mut delivery), &mut context)
+        {
+            return Ok(report);
+        }
+        if gate.is_shut() {
+            return Err(DeliveryAbandoned.into());
+        }
+        std::thread::park_timeout(GATE_LOOK);
     }
 }
 
@@ -324,7 +416,7 @@ impl Destination for AtLeastOnceTask {
     ) -> anyhow::Result<()> {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
-        self.send_until_taken(records, &topics)?;
+        self.send_until_taken(records, &topics, gate)?;
         gate.commit(|| self.offsets.commit_offsets(ns, offsets))?.map_err(|e| RetriableDelivery::wrap(format!("{e:#}")))
     }
 }
@@ -617,13 +709,14 @@ impl Destination for TransactionalTask {
             }
             state.open = Some(OpenTransaction { since: std::time::Instant::now(), offsets: Vec::new(), batches: 0 });
         }
-        let sent = send_all(&state.producer, records, &topics).and_then(|mut deliveries| {
+        let cannot_produce = |(e, topic): (KafkaError, String)| anyhow::anyhow!("cannot produce to {topic}: {e}");
+        let sent = send_all(&state.producer, records, &topics).map_err(cannot_produce).and_then(|mut deliveries| {
             for (partition, offset) in offsets {
                 let key = offset_key(ns, partition)?;
                 let record = FutureRecord::<[u8], [u8]>::to(self.backend.offsets_topic())
                     .key(key.as_slice())
                     .payload(offset.as_bytes());
-                deliveries.push(send_one(&state.producer, record)?);
+                deliveries.push(send_one(&state.producer, record).map_err(cannot_produce)?);
             }
             Ok(deliveries)
         });

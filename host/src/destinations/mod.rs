@@ -142,6 +142,11 @@ impl CommitGate {
         }
     }
 
+    /// Whether the task gave its batch up (a delivery still waiting can stop waiting).
+    pub fn is_shut(&self) -> bool {
+        self.0.load(Ordering::Acquire) == GATE_SHUT
+    }
+
     /// Shuts the gate unless a commit is under way (then false: it goes through).
     pub fn shut_unless_committing(&self) -> bool {
         match self.0.compare_exchange(GATE_OPEN, GATE_SHUT, Ordering::AcqRel, Ordering::Acquire) {

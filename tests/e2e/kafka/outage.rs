@@ -72,3 +72,43 @@ fn a_broker_outage_loses_nothing_and_the_tasks_recover_by_themselves() {
         records.len() - expected.len()
     );
 }
+
+/// A record Kafka will never take (larger than the producer's `message.max.bytes`) fails
+/// its task at once with why, rather than being sent again for minutes with a status that
+/// does not say; and a worker told to stop while the broker is away stops within its stop
+/// deadline, its undelivered batch given up (not committed), rather than once its resends
+/// run out.
+#[test]
+fn a_refused_record_fails_at_once_and_a_stop_does_not_wait_for_an_absent_broker() {
+    let mut broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, broker.worker_toml(false, "")).unwrap();
+    let data = dir.path().join("data");
+    let mut server = Server::start(&data, &plugin_folder(dir.path(), &["counter"]), Some(&config));
+    let connector = |name: &str, extra: serde_json::Value| {
+        let mut config = json!({"connector.class": "counter", "topic": name, "destination": "kafka",
+            "topic.creation.default.partitions": "1", "topic.creation.default.replication.factor": "1"});
+        config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let created = server.call("POST", "/connectors", None, Some(&json!({"name": name, "config": config}).to_string()));
+        assert_eq!(created.status, 201, "{created:?}");
+    };
+
+    connector("big", json!({"record.size": "1040000", "batch.size": "1", "record.count": "3"}));
+    let failed = server.wait_for("the task refused by Kafka FAILED", "/connectors/big/status", None, |s| {
+        s["tasks"][0]["state"] == "FAILED"
+    });
+    let trace = failed["tasks"][0]["trace"].as_str().unwrap_or_default();
+    assert!(trace.contains("larger than Kafka takes") && trace.contains("message.max.bytes"), "{failed}");
+
+    connector("count", json!({"records.per.second": "500"}));
+    wait_until("records to flow", || (broker.count("count") > 200).then_some(()));
+    broker.stop();
+    server.wait_for("a task saying it cannot deliver", "/connectors/count/status", None, |s| {
+        s["tasks"][0]["trace"].as_str().is_some_and(|t| t.contains("deliver"))
+    });
+    // `terminate` fails the test if the worker is not gone within its generous deadline
+    // (the resends alone would keep it five minutes).
+    let exit = server.terminate();
+    assert!(exit.success(), "{exit:?}\n{}", server.log());
+}
