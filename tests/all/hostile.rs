@@ -137,6 +137,25 @@ hostile_test!(
     &[SLOW_BUT_FINITE],
     Expect::TaskFailed(&["raise-error: error number 0"])
 );
+/// A `validate` that names 200,000 problems: the host keeps the first 1,000 and says how
+/// many more there were (each one costs every validate request and its answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_validate_problems_is_cut() {
+    let host = TestHost::new(&["hostile"]).await;
+    let config = connector("flood", "hostile", &[("topic", "hostile"), ("hostile.attack", "problems-flood")]);
+    let problems = host.herder.problems(&config).await;
+    assert_eq!(problems.len(), 1001, "{:?}", problems.last());
+    assert_eq!(problems[0].key.as_deref(), Some("key.0"));
+    assert!(problems[1000].reason.contains("199000 more problems"), "{:?}", problems[1000]);
+}
+
+/// A plugin's own error message is cut to 64 KiB in the status, as `raise-error`'s is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_error_message_is_cut_in_the_status() {
+    let host = attack("huge-fatal-error", &[], Expect::TaskFailed(&["fatal error: EEEE"])).await;
+    let trace = host.status("attacker").unwrap().tasks[0].trace.clone().unwrap();
+    assert!(trace.len() <= 65 << 10, "a trace of {} bytes", trace.len());
+}
 hostile_test!(log_a_million_times, "log-flood", &[SLOW_BUT_FINITE], Expect::Delivers("logged"));
 hostile_test!(print_flood_on_stdout_and_stderr, "print-flood", &[SLOW_BUT_FINITE], Expect::Delivers("printed"));
 hostile_test!(

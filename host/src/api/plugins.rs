@@ -172,8 +172,13 @@ pub async fn validate(
         Err(problem) => problems.push((problem.key.unwrap_or_else(|| CONNECTOR_CLASS.into()), problem.reason)),
     }
     let mut definitions = definitions(&plugin);
+    let mut defined: std::collections::HashSet<String> = definitions.iter().map(|(d, _)| d.name.clone()).collect();
+    let mut errors_of: std::collections::HashMap<&str, Vec<&String>> = std::collections::HashMap::new();
+    for (key, reason) in &problems {
+        errors_of.entry(key.as_str()).or_default().push(reason);
+    }
     for (key, _) in &problems {
-        if !definitions.iter().any(|(d, _)| &d.name == key) {
+        if defined.insert(key.clone()) {
             let info = ConfigKeyInfo {
                 name: key.clone(),
                 type_name: "STRING".into(),
@@ -186,15 +191,15 @@ pub async fn validate(
         }
     }
     let mut groups: Vec<String> = Vec::new();
+    let mut grouped = std::collections::HashSet::new();
     let configs: Vec<Value> = definitions
         .iter()
         .enumerate()
         .map(|(order, (key, group))| {
-            if !groups.contains(group) {
+            if grouped.insert(group.clone()) {
                 groups.push(group.clone());
             }
-            let errors: Vec<&String> =
-                problems.iter().filter(|(k, _)| *k == key.name).map(|(_, reason)| reason).collect();
+            let errors = errors_of.get(key.name.as_str()).cloned().unwrap_or_default();
             let value = values.get(&key.name).map(|v| match v {
                 Value::String(s) => Value::String(s.clone()),
                 other => Value::String(other.to_string()),

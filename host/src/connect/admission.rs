@@ -13,6 +13,7 @@ use crate::config::keys::{
 use crate::config::transforms::{PREDICATES, TRANSFORMS};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DestinationKind, StorageKind, Transforms};
 use crate::runtime::plugin_log::escape_controls;
+use crate::runtime::sandbox::cut_at_char_boundary;
 use crate::runtime::{CallError, Plugin};
 use crate::storage::Namespace;
 
@@ -290,11 +291,28 @@ async fn plugin_validate(
         .validate(&config.to_pairs())
         .await
         .map_err(|e| config.error(CONNECTOR_CLASS, format!("plugin {name} failed in validate: {e}")))?;
-    Ok(problems
+    // A config has tens of keys: past this many problems the plugin is not saying anything
+    // a person reads, and each one costs every validate request (and its answer) more.
+    let more = problems.len().saturating_sub(MAX_PLUGIN_PROBLEMS);
+    let mut errors: Vec<ConfigError> = problems
         .into_iter()
-        .map(|problem| config.error(&escape_controls(&problem.key), escape_controls(&problem.message)))
-        .collect())
+        .take(MAX_PLUGIN_PROBLEMS)
+        .map(|problem| {
+            let (mut key, mut message) =
+                (escape_controls(&problem.key).into_owned(), escape_controls(&problem.message).into_owned());
+            cut_at_char_boundary(&mut key, 256);
+            cut_at_char_boundary(&mut message, 4 << 10);
+            config.error(&key, message)
+        })
+        .collect();
+    if more > 0 {
+        errors.push(config.error(CONNECTOR_CLASS, format!("plugin {name} named {more} more problems, not shown")));
+    }
+    Ok(errors)
 }
+
+/// Most problems of a plugin's `validate` kept.
+const MAX_PLUGIN_PROBLEMS: usize = 1000;
 
 /// Keys neither the host nor the plugin's `config-def` names: accepted (a plugin may read
 /// keys it does not declare), but said, with the nearest known key.

@@ -17,8 +17,7 @@ use super::task_runner::{TaskSpec, run_task};
 use crate::config::{ConnectorConfig, ConnectorSettings, SandboxSettings};
 use crate::destinations::Destination;
 use crate::runtime::bindings::ConnectorError;
-use crate::runtime::plugin_log::escape_controls;
-use crate::runtime::sandbox::describe_connector_error;
+use crate::runtime::sandbox::{describe_connector_error, retriable_log_text};
 use crate::runtime::{Pairs, Plugin, PluginInstance};
 use crate::storage::{Namespace, State};
 
@@ -303,7 +302,7 @@ impl ConnectorRun {
                         None => return InstanceEnd::Stopped,
                         Some(Err(e)) => return InstanceEnd::Failed(e.to_string()),
                         Some(Ok(Err(ConnectorError::Retriable(message)))) => {
-                            tracing::warn!(connector = %self.config.name, "tick: retriable error: {}", escape_controls(&message));
+                            tracing::warn!(connector = %self.config.name, "tick: retriable error: {}", retriable_log_text(&message));
                         }
                         Some(Ok(Err(e))) => return InstanceEnd::Failed(describe_connector_error(&e)),
                         Some(Ok(Ok(()))) => {}

@@ -20,8 +20,7 @@ use super::services::{Services, StopSignal, stopped, unless_stopped, wake_after}
 use crate::config::{ConnectorSettings, RestartPolicy, SandboxSettings};
 use crate::destinations::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery};
 use crate::runtime::bindings::{ConnectorError, PollBatch};
-use crate::runtime::plugin_log::escape_controls;
-use crate::runtime::sandbox::{CallError, describe_connector_error, human_bytes};
+use crate::runtime::sandbox::{CallError, describe_connector_error, human_bytes, retriable_log_text};
 use crate::runtime::{Pairs, Plugin, PluginInstance};
 use crate::storage::{Namespace, RecordBatch, State, now_ms};
 
@@ -454,7 +453,7 @@ fn prepare_batch(
     let batch = match polled {
         Err(e) => return Err(e.to_string()),
         Ok(Err(ConnectorError::Retriable(message))) => {
-            tracing::warn!(connector = %connector, task = spec.task, "poll: retriable error: {}", escape_controls(&message));
+            tracing::warn!(connector = %connector, task = spec.task, "poll: retriable error: {}", retriable_log_text(&message));
             PollBatch::empty()
         }
         Ok(Err(e)) => return Err(describe_connector_error(&e)),
@@ -856,7 +855,7 @@ async fn commit(
     match instance.commit().await {
         Err(e) => Some(Outcome::Failed { trace: e.to_string(), instance: id }),
         Ok(Err(ConnectorError::Retriable(m))) => {
-            tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "commit: retriable error: {}", escape_controls(&m));
+            tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "commit: retriable error: {}", retriable_log_text(&m));
             None
         }
         Ok(Err(e)) => Some(Outcome::Failed { trace: describe_connector_error(&e), instance: id }),

@@ -46,14 +46,20 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
     escape_controls_but(text, &[])
 }
 
+/// Control characters, and those that break or reorder a line where a terminal or viewer
+/// shows it (the line and paragraph separators, the bidirectional overrides and isolates).
+fn needs_escape(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 /// The same, keeping the characters in `keep` (a host-made multi-line trace keeps `\n`).
 pub fn escape_controls_but<'a>(text: &'a str, keep: &[char]) -> Cow<'a, str> {
-    if !text.chars().any(|c| c.is_control() && !keep.contains(&c)) {
+    if !text.chars().any(|c| needs_escape(c) && !keep.contains(&c)) {
         return Cow::Borrowed(text);
     }
     let mut escaped = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c.is_control() && !keep.contains(&c) {
+        if needs_escape(c) && !keep.contains(&c) {
             escaped.extend(c.escape_default());
         } else {
             escaped.push(c);
@@ -291,6 +297,8 @@ mod tests {
         assert_eq!(escape_controls("plain"), "plain");
         assert_eq!(escape_controls("a\nINFO forged\r\u{1b}[31m"), "a\\nINFO forged\\r\\u{1b}[31m");
         assert_eq!(escape_controls_but("frame 1\nframe\t2", &['\n']), "frame 1\nframe\\t2");
+        // Characters that break a line or reorder it where a viewer shows it.
+        assert_eq!(escape_controls("a\u{2028}b\u{202E}c\u{2066}"), "a\\u{2028}b\\u{202e}c\\u{2066}");
     }
 
     #[test]

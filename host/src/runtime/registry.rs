@@ -419,6 +419,7 @@ fn load_indexed(
 ) -> Option<Plugin> {
     let compiled = cache_path(runtime, content, cache_dir);
     let Metadata { version, config_def } = Metadata::read(&compiled.with_extension("meta.json"))?;
+    let version = shown_version(version);
     // SAFETY: as in `compile_cached`: this engine wrote the file; a bad one fails the checks.
     let component = unsafe { Component::deserialize_file(&runtime.engine, &compiled) }.ok()?;
     let pre = link(runtime, &component).ok()?;
@@ -505,6 +506,7 @@ async fn inspect_with(
     let pre = link(runtime, &component)?;
     let cached = metadata_path.as_deref().filter(|_| from_cache).and_then(Metadata::read);
     if let Some(Metadata { version, config_def }) = cached {
+        let version = shown_version(version);
         return Ok(Plugin { name, file: file.to_path_buf(), version, config_def, from_cache, compile_time, pre });
     }
     let context = InstanceContext {
@@ -517,7 +519,7 @@ async fn inspect_with(
         .instantiate(&pre, context, &SandboxSettings::default())
         .await
         .map_err(|e| format!("cannot be instantiated: {e}"))?;
-    let version = instance.version().await.map_err(|e| format!("version() failed: {e}"))?;
+    let version = shown_version(instance.version().await.map_err(|e| format!("version() failed: {e}"))?);
     let config_def: Vec<ConfigKeyInfo> = instance
         .config_def()
         .await
@@ -532,6 +534,21 @@ async fn inspect_with(
         }
     }
     Ok(Plugin { name, file: file.to_path_buf(), version, config_def, from_cache, compile_time, pre })
+}
+
+/// Longest plugin version shown (in every status, listing and log line that names it).
+const MAX_VERSION_BYTES: usize = 128;
+
+/// A plugin's `version()` as the host shows it: control characters escaped (the plugin
+/// wrote it; it goes into log lines and `sluice plugins`) and cut to
+/// [`MAX_VERSION_BYTES`], so a plugin cannot make every status of its tasks megabytes.
+fn shown_version(version: String) -> String {
+    let mut shown = crate::runtime::plugin_log::escape_controls(&version).into_owned();
+    if shown.len() > MAX_VERSION_BYTES {
+        super::sandbox::cut_at_char_boundary(&mut shown, MAX_VERSION_BYTES - 3);
+        shown.push_str("...");
+    }
+    shown
 }
 
 /// What a plugin says about itself, cached beside its compiled code (same content and
@@ -602,6 +619,14 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_version_is_shown_escaped_and_short() {
+        assert_eq!(shown_version("1.2.0".into()), "1.2.0");
+        assert_eq!(shown_version("1.0\n\u{1b}[2KERROR forged".into()), "1.0\\n\\u{1b}[2KERROR forged");
+        let long = shown_version("é".repeat(1 << 20));
+        assert!(long.len() <= MAX_VERSION_BYTES && long.ends_with("..."), "{long}");
+    }
 
     #[tokio::test]
     async fn a_files_turn_to_load_is_forgotten_once_it_is_loaded() {

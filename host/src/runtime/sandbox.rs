@@ -933,7 +933,7 @@ impl PluginInstance {
     }
 
     pub async fn connector_start(&mut self, config: &Pairs) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "start", lifecycle, sluice_connector_connector.call_start(config), same, result)
+        guest_call!(self, "start", lifecycle, sluice_connector_connector.call_start(config), same, result).capped()
     }
 
     pub async fn task_configs(&mut self, max_tasks: u32) -> Result<Result<Vec<Pairs>, ConnectorError>, CallError> {
@@ -945,10 +945,11 @@ impl PluginInstance {
             same,
             result
         )
+        .capped()
     }
 
     pub async fn tick(&mut self) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "tick", hot, sluice_connector_connector.call_tick(), same, result)
+        guest_call!(self, "tick", hot, sluice_connector_connector.call_tick(), same, result).capped()
     }
 
     pub async fn connector_stop(&mut self) -> Result<(), CallError> {
@@ -956,13 +957,17 @@ impl PluginInstance {
     }
 
     pub async fn task_start(&mut self, config: &Pairs) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "start", lifecycle, sluice_connector_task.call_start(config), same, result)
+        guest_call!(self, "start", lifecycle, sluice_connector_task.call_start(config), same, result).capped()
     }
 
     /// The next batch, whichever version the plugin targets (a 0.1.0 plugin's records are
     /// converted, and it is never done; 0.3.0 and 0.4.0 batches are lifted by
     /// `packed_lift`, through `poll` typed once on first use).
     pub async fn poll(&mut self) -> Result<Result<PollBatch, ConnectorError>, CallError> {
+        self.poll_uncapped().await.capped()
+    }
+
+    async fn poll_uncapped(&mut self) -> Result<Result<PollBatch, ConnectorError>, CallError> {
         /// `poll` typed to lift a packed batch, once per instance.
         fn typed_once<T: wasmtime::component::ComponentNamedList + wasmtime::component::Lift>(
             typed: &mut Option<TypedFunc<(), T>>,
@@ -1009,12 +1014,52 @@ impl PluginInstance {
     }
 
     pub async fn commit(&mut self) -> Result<Result<(), ConnectorError>, CallError> {
-        guest_call!(self, "commit", hot, sluice_connector_task.call_commit(), same, result)
+        guest_call!(self, "commit", hot, sluice_connector_task.call_commit(), same, result).capped()
     }
 
     pub async fn task_stop(&mut self) -> Result<(), CallError> {
         guest_call!(self, "stop", lifecycle, sluice_connector_task.call_stop(), same, same)
     }
+}
+
+/// A plugin's own error with its message cut to [`MAX_TRACE_BYTES`], as `raise-error`'s
+/// is: it becomes a status trace, stored and sent with every status.
+trait CappedError {
+    fn capped(self) -> Self;
+}
+
+impl<T> CappedError for Result<Result<T, ConnectorError>, CallError> {
+    fn capped(self) -> Self {
+        self.map(|result| {
+            result.map_err(|error| match error {
+                ConnectorError::Retriable(mut m) => {
+                    cut_at_char_boundary(&mut m, MAX_TRACE_BYTES);
+                    ConnectorError::Retriable(m)
+                }
+                ConnectorError::Fatal(mut m) => {
+                    cut_at_char_boundary(&mut m, MAX_TRACE_BYTES);
+                    ConnectorError::Fatal(m)
+                }
+                ConnectorError::InvalidConfig(mut m) => {
+                    cut_at_char_boundary(&mut m, MAX_TRACE_BYTES);
+                    ConnectorError::InvalidConfig(m)
+                }
+            })
+        })
+    }
+}
+
+/// A plugin's retriable error as a log line: escaped and cut to 1 KiB, as it may come back
+/// at every poll.
+pub fn retriable_log_text(message: &str) -> String {
+    const MAX: usize = 1 << 10;
+    let mut text = escape_controls(message).into_owned();
+    if text.len() > MAX {
+        let length = message.len();
+        cut_at_char_boundary(&mut text, MAX);
+        text.push_str(&format!("... ({length} bytes)"));
+    }
+    text
 }
 
 /// The text of a plugin's own error, for a status trace (escaped: the plugin wrote it).

@@ -90,7 +90,8 @@ fn a_refused_record_fails_at_once_and_a_stop_does_not_wait_for_an_absent_broker(
         let mut config = json!({"connector.class": "counter", "topic": name, "destination": "kafka",
             "topic.creation.default.partitions": "1", "topic.creation.default.replication.factor": "1"});
         config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        let created = server.call("POST", "/connectors", None, Some(&json!({"name": name, "config": config}).to_string()));
+        let created =
+            server.call("POST", "/connectors", None, Some(&json!({"name": name, "config": config}).to_string()));
         assert_eq!(created.status, 201, "{created:?}");
     };
 

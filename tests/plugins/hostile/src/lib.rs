@@ -136,7 +136,13 @@ impl ConnectorGuest for Hostile {
     fn validate(config: Config) -> Vec<ConfigProblem> {
         CONFIG.with_borrow_mut(|c| *c = config);
         sleep_if("validate");
-        Vec::new()
+        match attack().as_str() {
+            // More problems than any config has keys, each under a key of its own.
+            "problems-flood" => (0..200_000)
+                .map(|n| ConfigProblem { key: format!("key.{n}"), message: format!("problem {n}") })
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     fn start(config: Config) -> Result<(), ConnectorError> {
@@ -299,6 +305,9 @@ impl TaskGuest for Hostile {
                 }
                 Ok(Vec::new())
             }
+            // An error message of 32 MiB: a status trace, stored and sent with every status.
+            "huge-fatal-error" => Err(ConnectorError::Fatal("E".repeat(32 << 20))),
+            "huge-retriable-error" => Err(ConnectorError::Retriable("R".repeat(32 << 20))),
             "log-flood" => {
                 for n in 0..1_000_000 {
                     log(Level::Error, &format!("log line number {n}"));
