@@ -137,6 +137,23 @@ hostile_test!(
     &[SLOW_BUT_FINITE],
     Expect::TaskFailed(&["raise-error: error number 0"])
 );
+/// Two connectors spinning in `start` and in `task-configs` slow each other down (each
+/// call is held back so the other can run, and the time held back is added to its
+/// deadline), but a stop does not wait for their stretched deadlines: both calls are given
+/// up at the stop deadline (the lifecycle timeout, 10 s), as a tick or a poll is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spinning_lifecycle_calls_are_given_up_at_the_stop_deadline() {
+    let host = TestHost::new(&["hostile"]).await;
+    for (name, attack) in [("in-start", "loop-in-start"), ("in-task-configs", "loop-in-task-configs")] {
+        host.start(connector(name, "hostile", &[("topic", "hostile"), ("hostile.attack", attack)])).await;
+    }
+    let stopping = std::time::Instant::now();
+    host.herder.shutdown().await;
+    // Their own deadlines, stretched by the time each was held back, ran past a minute.
+    let took = stopping.elapsed();
+    assert!(took < std::time::Duration::from_secs(45), "the stop took {took:?}");
+}
+
 /// A `validate` that names 200,000 problems: the host keeps the first 1,000 and says how
 /// many more there were (each one costs every validate request and its answer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -214,16 +214,19 @@ impl ConnectorRun {
                 Ok(instance) => instance,
                 Err(e) => return InstanceEnd::Failed(e.to_string()),
             };
-        match instance.connector_start(&self.config.to_pairs()).await {
-            Err(e) => return InstanceEnd::Failed(e.to_string()),
-            Ok(Err(e)) => return InstanceEnd::Failed(describe_connector_error(&e)),
-            Ok(Ok(())) => {}
+        // Still starting at the stop deadline: abandoned, as a tick is (a `start` that spins
+        // must not hold up a worker's stop, or a DELETE, past it).
+        match unless_stopped(instance.connector_start(&self.config.to_pairs()), stop).await {
+            None => return InstanceEnd::Stopped,
+            Some(Err(e)) => return InstanceEnd::Failed(e.to_string()),
+            Some(Ok(Err(e))) => return InstanceEnd::Failed(describe_connector_error(&e)),
+            Some(Ok(Ok(()))) => {}
         }
         let mut paused = self.paused.clone();
         let running = |paused: bool| if paused { State::Paused } else { State::Running };
         self.services.board.set_connector(&self.namespace, running(*paused.borrow_and_update()), None);
-        if let Some(trace) = self.reconfigure(&mut instance).await {
-            return InstanceEnd::Failed(trace);
+        if let Some(end) = self.reconfigure(&mut instance, stop).await {
+            return end;
         }
         // Restarted alone after its tasks finished: they have nothing more to say.
         if self.all_tasks_finished() {
@@ -310,8 +313,8 @@ impl ConnectorRun {
                 }
                 _ = reconfigure.notified() => {
                     self.wake.send_modify(|requests| *requests += 1);
-                    if let Some(trace) = self.reconfigure(&mut instance).await {
-                        return InstanceEnd::Failed(trace);
+                    if let Some(end) = self.reconfigure(&mut instance, stop).await {
+                        return end;
                     }
                 }
                 _ = self.finished.notified() => {
@@ -387,22 +390,24 @@ impl ConnectorRun {
     }
 
     /// Asks the connector for task configs and applies the difference.
-    async fn reconfigure(&mut self, instance: &mut PluginInstance) -> Option<String> {
+    async fn reconfigure(&mut self, instance: &mut PluginInstance, stop: &mut StopSignal) -> Option<InstanceEnd> {
         let name = self.config.name.clone();
         let max = self.settings.tasks_max;
-        let mut configs = match instance.task_configs(max).await {
-            Err(e) => return Some(e.to_string()),
-            Ok(Err(e)) => return Some(describe_connector_error(&e)),
-            Ok(Ok(configs)) => configs,
+        // Still asking at the stop deadline: abandoned, as a tick is.
+        let mut configs = match unless_stopped(instance.task_configs(max), stop).await {
+            None => return Some(InstanceEnd::Stopped),
+            Some(Err(e)) => return Some(InstanceEnd::Failed(e.to_string())),
+            Some(Ok(Err(e))) => return Some(InstanceEnd::Failed(describe_connector_error(&e))),
+            Some(Ok(Ok(configs))) => configs,
         };
         if configs.len() > max as usize {
             // KIP-1004: the configs past tasks.max hold work (partitions, files) that no
             // task would do.
             if self.settings.tasks_max_enforce {
-                return Some(format!(
+                return Some(InstanceEnd::Failed(format!(
                     "The connector {name} has generated {} tasks, which is greater than {max}, the maximum number of tasks it is configured to create (tasks.max). This behaviour should be considered a bug and is disallowed. If necessary, it can be permitted by reconfiguring the connector with 'tasks.max.enforce' set to false",
                     configs.len()
-                ));
+                )));
             }
             tracing::warn!(connector = %name, "task-configs returned {} configs but tasks.max is {max}; using the first {max} (tasks.max.enforce=false)", configs.len());
             configs.truncate(max as usize);
@@ -411,10 +416,10 @@ impl ConnectorRun {
         // (100,000 of them kept a worker busy for minutes, and its DELETE waiting).
         let most = self.services.worker.sandbox.max_instances;
         if configs.len() as u64 >= u64::from(most) {
-            return Some(format!(
+            return Some(InstanceEnd::Failed(format!(
                 "The connector {name} has generated {} tasks: with the connector, more sandboxes than this worker holds at once ({most}); lower tasks.max, or raise `max_instances` under [sandbox] in sluice.toml",
                 configs.len()
-            ));
+            )));
         }
         let running: Vec<&Pairs> = self.tasks.iter().map(|task| &*task.config).collect();
         let plan = reconfigure::plan(&running, &configs);

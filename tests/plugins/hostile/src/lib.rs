@@ -2,7 +2,7 @@
 //! each test can show the host survives it and only this plugin's connector or task is
 //! hurt. `hostile.target` is a path for the filesystem attacks.
 //!
-//! Attacks: `loop-in-poll`, `loop-in-tick`, `loop-in-start`, `grow-memory`, `huge-alloc`,
+//! Attacks: `loop-in-poll`, `loop-in-tick`, `loop-in-start`, `loop-in-task-configs`, `grow-memory`, `huge-alloc`,
 //! `recursion`, `trap`, `panic` (a Rust panic naming `hostile.panic.cause`), `big-record`, `many-big-records`, `million-records`, `escape` (opens
 //! `hostile.target` and reports what happened as a record), `read-fifo` (reads the FIFO
 //! `hostile.target` with `descriptor.read` and reports the answer), `stat-files` (opens
@@ -155,6 +155,9 @@ impl ConnectorGuest for Hostile {
     }
 
     fn task_configs(max_tasks: u32) -> Result<Vec<Config>, ConnectorError> {
+        if attack() == "loop-in-task-configs" {
+            spin();
+        }
         sleep_if("task-configs");
         let count = if attack() == "too-many-tasks" { max_tasks * 100 + 5 } else { max_tasks };
         let config = CONFIG.with_borrow(Clone::clone);
