@@ -340,6 +340,29 @@ fn the_state_topics_are_read_to_their_current_end_while_another_worker_writes() 
     assert!(written > 10, "the writer kept writing while the reader opened ({written} commits)");
 }
 
+/// A reader whose position falls out of a state topic's log while it reads (compaction or
+/// retention moved the log's start on under it; the mock cluster's own cap on a partition's
+/// log does too, under a writer this fast) reads on from the log's start, as Connect's
+/// reader does: librdkafka's default reset skipped to the end, and the worker opened with
+/// no offsets at all.
+#[test]
+fn a_state_topic_read_that_falls_out_of_the_log_starts_again_from_its_start() {
+    use sluice::storage::OffsetStore;
+    let cluster = mock_cluster();
+    let kafka = kafka_config(&cluster.bootstrap_servers());
+    let writer = KafkaBackend::open(&kafka).unwrap();
+    let ns = Namespace::new(DEFAULT_TENANT, "moved");
+    let committed = vec![(r#"{"counter":0}"#.to_string(), r#"{"seq":41}"#.to_string())];
+    writer.commit_offsets(&ns, &committed).unwrap();
+    // The reader's first fetch is told its position is out of range.
+    cluster.request_errors(
+        rdkafka::types::RDKafkaApiKey::Fetch,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE],
+    );
+    let reader = KafkaBackend::open(&kafka).unwrap();
+    assert_eq!(reader.all_offsets(&ns).unwrap(), committed);
+}
+
 /// A task instance given up on may still be working when the task's next instance starts:
 /// the next one's claim on the `transactional.id` tells the old one not to initialise the
 /// id again (that would fence the new one), and leaves the other tasks' claims alone.

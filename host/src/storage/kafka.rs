@@ -256,6 +256,12 @@ impl TopicView {
                 ("enable.auto.commit", "false"),
                 ("enable.auto.offset.store", "false"),
                 ("isolation.level", "read_committed"),
+                // A position that falls out of the log while it is read (its start moved on:
+                // compaction or retention removed the first segment meanwhile) goes back
+                // to the start, as Connect's KafkaBasedLog does; librdkafka's default
+                // (`latest`) skipped to the end, and the worker saw no offsets or configs
+                // at all (each connector then started over from scratch).
+                ("auto.offset.reset", "earliest"),
                 // The end of each partition is an event (at the last stable offset, so
                 // transaction markers at the end do not leave the reader waiting).
                 ("enable.partition.eof", "true"),
