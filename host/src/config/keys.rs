@@ -230,7 +230,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: ERRORS_LOG_ENABLE,
         type_: KeyType::Boolean,
         default: KeyDefault::Value("false"),
-        documentation: "log each refused record with its reason",
+        documentation: "log each refused record with its reason (at most `sandbox.log.lines.per.second` lines a second a task; the rest counted)",
     },
     HostKey {
         name: TOPIC_CREATION_PARTITIONS,

@@ -473,6 +473,9 @@ impl ConnectorRun {
             finished: self.finished.clone(),
             wake: self.wake.subscribe(),
             paused: self.paused.clone(),
+            refusal_log: Arc::new(std::sync::Mutex::new(super::records::RefusalLog::new(
+                self.settings.sandbox.log_lines_per_second,
+            ))),
         };
         self.services.board.set_task(&self.namespace, task, State::Unassigned, None, 0);
         TaskHandle { config, stop, join: tokio::spawn(run_task(spec, stop_rx)) }

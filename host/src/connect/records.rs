@@ -9,6 +9,7 @@ use bytes::Bytes;
 use super::transforms;
 use crate::config::{ErrorHandling, SandboxSettings, Transforms};
 use crate::runtime::bindings::{BatchHeader, BatchRecord, PollBatch, Span};
+use crate::runtime::rate::TokenBucket;
 use crate::runtime::sandbox::human_bytes;
 use crate::storage::json::{canonical_object, check_object, shorten};
 use crate::storage::{Part, Record, RecordBatch, RecordBatchBuilder, Text};
@@ -42,6 +43,62 @@ pub struct Checked {
     pub offsets: Vec<(String, String)>,
     /// Records refused under `errors.tolerance=all`.
     pub refused: u64,
+    /// Why, for the first [`MAX_REFUSALS_KEPT`] of them, under `errors.log.enable` (the
+    /// caller logs them within the log's rate).
+    pub refusals: Vec<String>,
+}
+
+/// The reasons one batch keeps for `errors.log.enable`: a batch of ten thousand bad
+/// records is not ten thousand strings.
+pub const MAX_REFUSALS_KEPT: usize = 100;
+
+/// `errors.log.enable`'s lines for one task, within `sandbox.log.lines.per.second` (as
+/// the plugin's own lines are): a plugin that returns bad records as fast as it can, under
+/// `errors.tolerance=all`, would otherwise write the worker's log as fast as it polls. The
+/// lines left out are counted and said once lines flow again.
+#[derive(Debug)]
+pub struct RefusalLog {
+    rate: TokenBucket,
+    per_second: u32,
+    unlogged: u64,
+}
+
+impl RefusalLog {
+    pub fn new(lines_per_second: u32) -> RefusalLog {
+        let per_second = lines_per_second.max(1);
+        RefusalLog {
+            rate: TokenBucket::new(f64::from(per_second), 2.0 * f64::from(per_second)),
+            per_second,
+            unlogged: 0,
+        }
+    }
+
+    /// Logs what it may of a batch's `refusals` (of `refused` records in all); returns the
+    /// lines, for tests.
+    pub fn log(&mut self, source: &Source, refusals: &[String], refused: u64) -> Vec<String> {
+        let Source { connector, task } = *source;
+        let mut lines = Vec::new();
+        for reason in refusals {
+            if !self.rate.try_take_one() {
+                self.unlogged += 1;
+                continue;
+            }
+            if self.unlogged > 0 {
+                lines.push(format!(
+                    "{} skipped record(s) were not logged: errors.log.enable writes at most \
+                     sandbox.log.lines.per.second ({}) lines a second",
+                    self.unlogged, self.per_second
+                ));
+                self.unlogged = 0;
+            }
+            lines.push(format!("skipped a record (errors.tolerance=all): {reason}"));
+        }
+        self.unlogged += refused.saturating_sub(refusals.len() as u64);
+        for line in &lines {
+            tracing::warn!(connector, task, "{line}");
+        }
+        lines
+    }
 }
 
 /// Who returned a batch, for messages and dead-letter headers.
@@ -227,7 +284,7 @@ pub fn check_batch(
         .collect();
     let mut builder = RecordBatchBuilder::new(data).with_capacity(records.len(), shared.headers.len());
     let mut advanced = Advanced::default();
-    let mut refused = 0;
+    let (mut refused, mut refusals) = (0, Vec::new());
     for (index, record) in records.iter().enumerate() {
         let size = shared.record_size(record);
         let checked = if record.headers.len as usize > MAX_HEADERS {
@@ -254,9 +311,8 @@ pub fn check_batch(
                 return Err(format!("connector '{connector}' task {task}: {}", refusal.reason));
             }
             Err(refusal) => {
-                let reason = &refusal.reason;
-                if errors.log {
-                    tracing::warn!(connector, task, "skipped a record (errors.tolerance=all): {reason}");
+                if errors.log && refusals.len() < MAX_REFUSALS_KEPT {
+                    refusals.push(refusal.reason.clone());
                 }
                 refused += 1;
                 let data = builder.data();
@@ -279,7 +335,7 @@ pub fn check_batch(
         }
     }
     let offsets = advanced.offsets(builder.data());
-    Ok(Checked { records: builder.finish(), offsets, refused })
+    Ok(Checked { records: builder.finish(), offsets, refused, refusals })
 }
 
 /// The dead-letter copy of a refused record (when a dead-letter topic is set), cut to fit
@@ -605,6 +661,12 @@ mod tests {
         let errors = ErrorHandling { tolerate_all: true, dead_letter_topic: Some("dlq".into()), log: false };
         let checked = check_batch(batch(), &sandbox, &errors, &Transforms::default(), 0, &source).unwrap();
         assert_eq!(checked.refused, 2);
+        assert!(checked.refusals.is_empty(), "kept only for errors.log.enable");
+        let logged = ErrorHandling { log: true, ..errors.clone() };
+        let refusals = check_batch(batch(), &sandbox, &logged, &Transforms::default(), 0, &source).unwrap().refusals;
+        assert_eq!(refusals.len(), 2);
+        assert!(refusals[0].starts_with("record 1 of 1065 bytes exceeds"), "{refusals:?}");
+        assert!(refusals[1].starts_with("record 2 of the poll batch refused: partition is not JSON"), "{refusals:?}");
         assert_eq!(checked.offsets, [(r#"{"p":1}"#.to_string(), r#"{"n":4}"#.to_string())]);
         // The oversized record's offset is committed in order (when it is the batch's
         // last, its offset is the one committed); the bad partition's cannot be.
@@ -813,5 +875,22 @@ mod tests {
         let checked = check_batch(not_json(), &SandboxSettings::default(), &tolerant, &transforms, 0, &source).unwrap();
         assert_eq!((checked.records.len(), checked.refused), (0, 1));
         assert_eq!(checked.offsets, [(r#"{"p":1}"#.to_string(), r#"{"n":3}"#.to_string())]);
+    }
+
+    #[test]
+    fn refused_records_are_logged_within_the_rate_and_the_rest_counted() {
+        let source = Source { connector: "c", task: 1 };
+        let mut log = RefusalLog::new(2);
+        let reasons: Vec<String> = (0..MAX_REFUSALS_KEPT).map(|i| format!("record {i} is bad")).collect();
+        // A burst of twice the rate, then nothing until the bucket refills.
+        let lines = log.log(&source, &reasons, 10_000);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert!(lines[3].ends_with("record 3 is bad"), "{lines:?}");
+        assert!(log.log(&source, &reasons[..1], 1).is_empty());
+        log.rate = TokenBucket::new(2.0, 1.0); // as a second later: refilled
+        let lines = log.log(&source, &reasons[..1], 1);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].starts_with("9997 skipped record(s) were not logged"), "{lines:?}");
+        assert!(lines[0].contains("sandbox.log.lines.per.second (2)"), "{lines:?}");
     }
 }

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use super::lane::Lane;
 use super::metrics::TaskCounters;
-use super::records::{Checked, Source, check_batch};
+use super::records::{Checked, RefusalLog, Source, check_batch};
 use super::services::{Services, StopSignal, stopped, unless_stopped, wake_after};
 use crate::config::{ConnectorSettings, RestartPolicy, SandboxSettings};
 use crate::destinations::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery};
@@ -43,6 +43,8 @@ pub struct TaskSpec {
     pub wake: tokio::sync::watch::Receiver<u64>,
     /// `true` while the connector is paused: the task does not poll.
     pub paused: tokio::sync::watch::Receiver<bool>,
+    /// `errors.log.enable`'s lines for this task, whichever thread checks its batches.
+    pub refusal_log: Arc<std::sync::Mutex<RefusalLog>>,
 }
 
 enum Outcome {
@@ -283,7 +285,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                 idling = None;
                 counters.busy.store(true, Ordering::Relaxed);
                 let (counted, outgoing) = match batch {
-                    Batch::Checked(Checked { records, offsets, refused }) => {
+                    Batch::Checked(Checked { records, offsets, refused, .. }) => {
                         if refused > 0 {
                             board.add_refused(&spec.namespace, spec.task, refused);
                         }
@@ -464,7 +466,7 @@ fn prepare_batch(
         return Ok(Prepared { polled, done, batch: None });
     }
     let batch = match check_here {
-        true => Batch::Checked(check_records(batch, &spec.settings, connector, spec.task)?),
+        true => Batch::Checked(check_records(batch, &spec.settings, connector, spec.task, &spec.refusal_log)?),
         false => Batch::Unchecked(batch),
     };
     Ok(Prepared { polled, done, batch: Some(batch) })
@@ -477,8 +479,14 @@ fn check_records(
     settings: &ConnectorSettings,
     connector: &str,
     task: u32,
+    refusal_log: &std::sync::Mutex<RefusalLog>,
 ) -> Result<Checked, String> {
-    check_batch(batch, &settings.sandbox, &settings.errors, &settings.transforms, now_ms(), &Source { connector, task })
+    let source = Source { connector, task };
+    let checked = check_batch(batch, &settings.sandbox, &settings.errors, &settings.transforms, now_ms(), &source)?;
+    if !checked.refusals.is_empty() {
+        refusal_log.lock().unwrap().log(&source, &checked.refusals, checked.refused);
+    }
+    Ok(checked)
 }
 
 /// What a delivery sends: records checked on the task's thread with the offsets they
@@ -624,20 +632,23 @@ fn delivery_work(
 ) -> impl FnOnce() -> (Attempt, bool) + Send + 'static {
     let (namespace, settings, statuses, task) =
         (spec.namespace.clone(), spec.settings.clone(), spec.services.board.clone(), spec.task);
+    let refusal_log = spec.refusal_log.clone();
     let active_topics = spec.services.topics.clone();
     move || {
         let started = Instant::now();
         let (records, offsets) = match outgoing {
             Outgoing::Checked { records, offsets } => (records, offsets),
-            Outgoing::Unchecked(batch) => match check_records(batch, &settings, &namespace.connector, task) {
-                Ok(Checked { records, offsets, refused }) => {
-                    if refused > 0 {
-                        statuses.add_refused(&namespace, task, refused);
+            Outgoing::Unchecked(batch) => {
+                match check_records(batch, &settings, &namespace.connector, task, &refusal_log) {
+                    Ok(Checked { records, offsets, refused, .. }) => {
+                        if refused > 0 {
+                            statuses.add_refused(&namespace, task, refused);
+                        }
+                        (records, offsets)
                     }
-                    (records, offsets)
+                    Err(trace) => return (Attempt::Refused(trace), false),
                 }
-                Err(trace) => return (Attempt::Refused(trace), false),
-            },
+            }
         };
         let write_started = Instant::now();
         let result = destination.deliver(&namespace, &records, &offsets, &gate);

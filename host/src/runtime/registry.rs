@@ -76,8 +76,14 @@ impl Plugin {
 /// A file that could not be loaded, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rejected {
+    /// Shown lossily: a name that is not UTF-8 is one of the reasons a file is rejected.
+    #[serde(serialize_with = "path_shown")]
     pub file: PathBuf,
     pub reason: String,
+}
+
+fn path_shown<S: serde::Serializer>(path: &Path, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&path.display())
 }
 
 pub struct Registry {
@@ -140,6 +146,7 @@ impl Drop for LoadTurn<'_> {
 }
 
 const WASM_MAGIC: &[u8] = b"\0asm";
+const NOT_WASM: &str = "not a WebAssembly file (it does not start with the \\0asm magic number)";
 const CORE_MODULE_LAYER: [u8; 4] = [1, 0, 0, 0];
 
 impl Registry {
@@ -229,6 +236,10 @@ impl Registry {
             .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
             .filter_map(|path| {
                 let reason = match std::fs::metadata(&path) {
+                    // A plugin is named by its file's name, which configs must be able to say.
+                    Ok(meta) if meta.is_file() && plugin_name(&path).is_none() => {
+                        "its name is not valid UTF-8: rename it (a plugin is named by its file name)".to_string()
+                    }
                     Ok(meta) if meta.is_file() => return Some((path, (meta.len(), meta.modified().ok()))),
                     Ok(meta) if meta.is_dir() => "a directory, not a component file".to_string(),
                     Ok(_) => "not a regular file".to_string(),
@@ -335,13 +346,20 @@ fn read_bounded(file: &Path) -> Result<Vec<u8>, String> {
     let too_large = |len: u64| {
         format!("is {:.1} MB, more than a plugin file may be ({} MiB)", len as f64 / 1e6, MAX_PLUGIN_BYTES >> 20)
     };
-    let opened = std::fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
+    let mut opened = std::fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
     let len = opened.metadata().map_err(|e| format!("cannot read: {e}"))?.len();
     if len > MAX_PLUGIN_BYTES {
         return Err(too_large(len));
     }
-    let mut bytes = Vec::with_capacity(len as usize);
-    opened.take(MAX_PLUGIN_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    // The magic number first: a large file that is not WebAssembly (a video dropped in the
+    // wrong folder) is refused without being read whole.
+    let mut bytes = Vec::with_capacity(8);
+    (&mut opened).take(8).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    if !bytes.starts_with(WASM_MAGIC) {
+        return Err(NOT_WASM.into());
+    }
+    bytes.reserve(len as usize);
+    opened.take(MAX_PLUGIN_BYTES + 1 - 8).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
     if bytes.len() as u64 > MAX_PLUGIN_BYTES {
         return Err(too_large(bytes.len() as u64));
     }
@@ -483,7 +501,7 @@ async fn inspect_with(
 ) -> Result<Plugin, String> {
     let name = name.to_string();
     if bytes.len() < 8 || !bytes.starts_with(WASM_MAGIC) {
-        return Err("not a WebAssembly file (it does not start with the \\0asm magic number)".into());
+        return Err(NOT_WASM.into());
     }
     if bytes[4..8] == CORE_MODULE_LAYER {
         return Err("a core WebAssembly module, not a component: build it for the wasm32-wasip2 target \
@@ -638,5 +656,21 @@ mod tests {
         std::fs::write(dir.path().join("garbage.wasm"), b"still not a component").unwrap();
         registry.refresh(&runtime).await.unwrap();
         assert!(registry.loading.lock().unwrap().is_empty(), "files loaded and done are not kept in the map");
+    }
+
+    #[tokio::test]
+    async fn a_file_whose_name_is_not_utf8_is_named_with_the_reason() {
+        use std::os::unix::ffi::OsStrExt;
+        let (dir, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let file = dir.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9.wasm"));
+        std::fs::write(&file, b"\0asm\x0d\0\x01\0").unwrap();
+        let runtime = Runtime::new().unwrap();
+        let registry = Registry::load(&runtime, dir.path(), cache.path()).await.unwrap();
+        let rejected = registry.rejected();
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert_eq!(rejected[0].file, file);
+        assert!(rejected[0].reason.contains("not valid UTF-8"), "{}", rejected[0].reason);
+        let shown = serde_json::to_value(&rejected[0]).unwrap();
+        assert_eq!(shown["file"], file.display().to_string());
     }
 }

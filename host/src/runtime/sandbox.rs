@@ -796,15 +796,40 @@ fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Resul
 }
 
 fn describe_trap(error: &wasmtime::Error) -> String {
+    // The chain's links but the backtrace (said once, last): wasmtime puts it first, so
+    // `{error:#}` of a host import's error began with the backtrace and had it twice.
+    let links: Vec<String> = error
+        .chain()
+        .map(|link| link.to_string())
+        .filter(|link| !link.starts_with("error while executing at wasm backtrace"))
+        .collect();
     let mut text = match error.downcast_ref::<wasmtime::Trap>() {
         Some(trap) => trap.to_string(),
-        None => format!("{error:#}"),
+        None => links.join(": "),
     };
+    if error.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::MemoryOutOfBounds)
+        && links.iter().any(|link| stack_overflow_address(link))
+    {
+        text.push_str(
+            " (just under 4 GiB, where a stack that grew past its start in linear memory wraps to: \
+             most likely the plugin's stack overflowed, as in unbounded recursion)",
+        );
+    }
     if let Some(backtrace) = error.downcast_ref::<wasmtime::WasmBacktrace>() {
         text.push_str(&format!("\n{backtrace}"));
     }
     // Function names in the backtrace come from the plugin: one frame per line, nothing more.
     escape_controls_but(&text, &['\n']).into_owned()
+}
+
+/// Whether a link of a trap's chain is a memory fault in the last 64 KiB under 4 GiB:
+/// toolchains that keep their stack at the start of linear memory (Rust, C) wrap there when
+/// it overflows, so the trap is an out-of-bounds access rather than a stack overflow.
+fn stack_overflow_address(link: &str) -> bool {
+    link.strip_prefix("memory fault at wasm address 0x")
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_hexdigit()).next())
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .is_some_and(|address| (0xffff_0000..=0xffff_ffff).contains(&address))
 }
 
 /// A plugin linked against the version of the world it targets: what every instance of
@@ -1068,5 +1093,30 @@ pub fn describe_connector_error(error: &ConnectorError) -> String {
         ConnectorError::Retriable(m) => format!("retriable error: {}", escape_controls(m)),
         ConnectorError::Fatal(m) => format!("fatal error: {}", escape_controls(m)),
         ConnectorError::InvalidConfig(m) => format!("invalid config: {}", escape_controls(m)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_error_is_said_before_the_backtrace_and_not_after_it() {
+        let error = wasmtime::Error::msg("offsets: the answer would take more than the memory cap")
+            .context("error while executing at wasm backtrace:\n    0: 0x1a - hostile!poll");
+        assert_eq!(describe_trap(&error), "offsets: the answer would take more than the memory cap");
+    }
+
+    #[test]
+    fn an_access_just_under_4_gib_is_named_as_a_stack_overflow() {
+        let fault = |address: &str| {
+            wasmtime::Error::new(wasmtime::Trap::MemoryOutOfBounds)
+                .context(format!("memory fault at wasm address {address} in linear memory of size 0x120000"))
+        };
+        let overflow = describe_trap(&fault("0xfffffff0"));
+        assert!(overflow.starts_with("out of bounds memory access (just under 4 GiB"), "{overflow}");
+        assert!(overflow.contains("stack overflowed"), "{overflow}");
+        assert_eq!(describe_trap(&fault("0x200000")), "out of bounds memory access");
+        assert!(!stack_overflow_address("memory fault at wasm address 0xfffeffff in linear memory"));
     }
 }

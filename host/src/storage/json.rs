@@ -11,7 +11,7 @@ pub fn canonical_object(text: &str) -> Result<String, String> {
         return Err(format!("not a JSON object: {}", shorten(text)));
     };
     if let Some((key, _)) = map.iter().find(|(_, v)| matches!(v, Value::Array(_) | Value::Object(_))) {
-        return Err(format!("value of \"{key}\" is not a primitive (string, number, boolean or null)"));
+        return Err(format!("an object whose \"{key}\" is not a primitive (string, number, boolean or null)"));
     }
     // serde_json's Map is ordered by key, so this is the canonical form.
     Ok(Value::Object(Map::from_iter(map)).to_string())
@@ -179,7 +179,9 @@ pub fn check_object(text: &str) -> Result<(), String> {
                 }
             }
             Ok(match nested {
-                Some(key) => Err(format!("value of \"{key}\" is not a primitive (string, number, boolean or null)")),
+                Some(key) => {
+                    Err(format!("an object whose \"{key}\" is not a primitive (string, number, boolean or null)"))
+                }
                 None => Ok(()),
             })
         }
