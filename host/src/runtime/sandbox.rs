@@ -807,15 +807,16 @@ fn describe_trap(error: &wasmtime::Error) -> String {
         Some(trap) => trap.to_string(),
         None => links.join(": "),
     };
+    let backtrace = error.downcast_ref::<wasmtime::WasmBacktrace>();
     if error.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::MemoryOutOfBounds)
-        && links.iter().any(|link| stack_overflow_address(link))
+        && (links.iter().any(|link| stack_overflow_address(link)) || backtrace.is_some_and(looks_recursive))
     {
         text.push_str(
-            " (just under 4 GiB, where a stack that grew past its start in linear memory wraps to: \
-             most likely the plugin's stack overflowed, as in unbounded recursion)",
+            " (most likely the plugin's stack overflowed, as in unbounded recursion: a stack kept in \
+             linear memory, as Rust and C keep it, runs off the start of memory)",
         );
     }
-    if let Some(backtrace) = error.downcast_ref::<wasmtime::WasmBacktrace>() {
+    if let Some(backtrace) = backtrace {
         text.push_str(&format!("\n{backtrace}"));
     }
     // Function names in the backtrace come from the plugin: one frame per line, nothing more.
@@ -830,6 +831,15 @@ fn stack_overflow_address(link: &str) -> bool {
         .and_then(|rest| rest.split(|c: char| !c.is_ascii_hexdigit()).next())
         .and_then(|hex| u64::from_str_radix(hex, 16).ok())
         .is_some_and(|address| (0xffff_0000..=0xffff_ffff).contains(&address))
+}
+
+/// Whether a trap's backtrace is one or a few functions calling each other over and over
+/// (its frames are capped, so a deep recursion fills them all).
+fn looks_recursive(backtrace: &wasmtime::WasmBacktrace) -> bool {
+    let frames = backtrace.frames();
+    let functions: std::collections::HashSet<(Option<&str>, u32)> =
+        frames.iter().map(|frame| (frame.module().name(), frame.func_index())).collect();
+    frames.len() >= 16 && functions.len() <= 3
 }
 
 /// A plugin linked against the version of the world it targets: what every instance of
@@ -1114,9 +1124,9 @@ mod tests {
                 .context(format!("memory fault at wasm address {address} in linear memory of size 0x120000"))
         };
         let overflow = describe_trap(&fault("0xfffffff0"));
-        assert!(overflow.starts_with("out of bounds memory access (just under 4 GiB"), "{overflow}");
+        assert!(overflow.starts_with("wasm trap: out of bounds memory access (most likely"), "{overflow}");
         assert!(overflow.contains("stack overflowed"), "{overflow}");
-        assert_eq!(describe_trap(&fault("0x200000")), "out of bounds memory access");
+        assert_eq!(describe_trap(&fault("0x200000")), "wasm trap: out of bounds memory access");
         assert!(!stack_overflow_address("memory fault at wasm address 0xfffeffff in linear memory"));
     }
 }
