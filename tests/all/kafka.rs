@@ -321,8 +321,12 @@ fn the_state_topics_are_read_to_their_current_end_while_another_worker_writes() 
     let writing = {
         let (stop, ns, partition) = (stop.clone(), ns.clone(), partition.clone());
         std::thread::spawn(move || {
+            // Under the mock cluster's cap on a partition's log (100,000 messages, 5 MB), past
+            // which it drops the log's start as it appends: a reader behind the moving start
+            // can then never catch up (each try falls out of the log again), which no real
+            // compacted topic does.
             let mut seq = 1u64;
-            while !stop.load(Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) && seq < 50_000 {
                 writer.commit_offsets(&ns, &[(partition.clone(), format!(r#"{{"seq":{seq}}}"#))]).unwrap();
                 seq += 1;
             }
@@ -424,6 +428,26 @@ async fn counter_records_reach_kafka_once_each_with_offsets_committed_after() {
     assert_eq!(values, expected);
     let status = host.status("count").unwrap();
     assert_eq!(status.connector.state, State::Running);
+    host.herder.shutdown().await;
+}
+
+/// A connector's records never go to the worker's state topics (they would be read back
+/// as connectors' configs or offsets, other tenants' too): the task fails naming the topic
+/// and the worker key, and nothing of it reaches the topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_for_the_workers_state_topics_are_refused() {
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let host = kafka_host(&bootstrap, true).await;
+    host.start(connector("sneaky", "counter", &[("topic", "sluice-configs"), ("record.count", "10")])).await;
+    let task = host.wait_task("sneaky", 0, State::Failed).await;
+    let trace = task.trace.unwrap();
+    assert!(trace.contains("is for the topic sluice-configs, the worker's config.storage.topic"), "{trace}");
+    let configs = read_topic(&bootstrap, "sluice-configs", 1);
+    assert!(
+        configs.iter().all(|(_, _, value, _)| !value.as_deref().is_some_and(|v| v.starts_with(b"0-"))),
+        "no counter record in the configs topic"
+    );
     host.herder.shutdown().await;
 }
 
