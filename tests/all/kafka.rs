@@ -448,6 +448,12 @@ async fn records_for_the_workers_state_topics_are_refused() {
         configs.iter().all(|(_, _, value, _)| !value.as_deref().is_some_and(|v| v.starts_with(b"0-"))),
         "no counter record in the configs topic"
     );
+    // A dead-letter topic that names one is refused when the connector is submitted.
+    let dead_letters =
+        [("topic", "t"), ("errors.tolerance", "all"), ("errors.deadletterqueue.topic.name", "sluice-status")];
+    let error = host.herder.start(connector("dlq", "counter", &dead_letters)).await.unwrap_err().to_string();
+    assert!(error.contains("errors.deadletterqueue.topic.name"), "{error}");
+    assert!(error.contains("sluice-status is the worker's status.storage.topic"), "{error}");
     host.herder.shutdown().await;
 }
 

@@ -61,6 +61,19 @@ impl KafkaConfig {
         self.client.get("bootstrap.servers").map_or("", String::as_str)
     }
 
+    /// The worker key naming `topic` when it is one of the worker's state topics: no
+    /// connector's record may go there (it would be read back as connectors' offsets,
+    /// configs or statuses).
+    pub fn state_topic_key(&self, topic: &str) -> Option<&'static str> {
+        [
+            (&self.offsets, "offset.storage.topic"),
+            (&self.configs, "config.storage.topic"),
+            (&self.statuses, "status.storage.topic"),
+        ]
+        .into_iter()
+        .find_map(|(state, key)| (state.name == topic).then_some(key))
+    }
+
     /// Reads `[kafka]`; errors name the key.
     pub fn parse(table: BTreeMap<String, toml::Value>) -> anyhow::Result<KafkaConfig> {
         let mut values = as_text(table);

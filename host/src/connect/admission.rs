@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::services::Services;
 use crate::config::HOST_KEYS;
 use crate::config::keys::{
-    CONNECTOR_CLASS, DESTINATION, EXACTLY_ONCE_SUPPORT, NAME, PRODUCER_OVERRIDE_PREFIX, SANDBOX_FS_READ,
-    SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES, TASKS_MAX, TENANT,
+    CONNECTOR_CLASS, DESTINATION, ERRORS_DEAD_LETTER_TOPIC, EXACTLY_ONCE_SUPPORT, NAME, PRODUCER_OVERRIDE_PREFIX,
+    SANDBOX_FS_READ, SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES, TASKS_MAX, TENANT,
 };
 use crate::config::transforms::{PREDICATES, TRANSFORMS};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DestinationKind, StorageKind, Transforms};
@@ -194,6 +194,18 @@ fn destination_problems(
             problems.push(config.error(
                 EXACTLY_ONCE_SUPPORT,
                 "'required' but this worker has exactly-once source support disabled: set \"exactly.once.source.support\" = \"enabled\" in [kafka]",
+            ));
+        }
+    }
+    if let Some(topic) = &settings.errors.dead_letter_topic {
+        let topic = match config.tenant() {
+            crate::config::DEFAULT_TENANT => topic.clone(),
+            tenant => format!("{tenant}.{topic}"),
+        };
+        if let Some(key) = kafka.state_topic_key(&topic) {
+            problems.push(config.error(
+                ERRORS_DEAD_LETTER_TOPIC,
+                format!("{topic} is the worker's {key}, where Sluice keeps its state: choose another topic"),
             ));
         }
     }

@@ -88,14 +88,7 @@ impl KafkaDestination {
         let prefix = if tenant == DEFAULT_TENANT { String::new() } else { format!("{tenant}.") };
         let topics = Arc::new(TopicMaker {
             prefix,
-            state_topics: [
-                (&kafka.offsets, "offset.storage.topic"),
-                (&kafka.configs, "config.storage.topic"),
-                (&kafka.statuses, "status.storage.topic"),
-            ]
-            .into_iter()
-            .map(|(topic, key)| (topic.name.clone(), key))
-            .collect(),
+            kafka: kafka.clone(),
             admin: admin_client(kafka)?,
             settings: settings.clone(),
             ready: Mutex::default(),
@@ -121,10 +114,10 @@ impl KafkaDestination {
 /// task producers.
 struct TopicMaker {
     prefix: String,
-    /// The worker's state topics, by the worker key that names each: a plugin's records
-    /// never go there (they would be read back as other connectors' offsets, configs or
-    /// statuses, other tenants' too).
-    state_topics: Vec<(String, &'static str)>,
+    /// The worker's settings, whose state topics a plugin's records never go to (they
+    /// would be read back as other connectors' offsets, configs or statuses, other
+    /// tenants' too).
+    kafka: KafkaConfig,
     admin: AdminClient<KafkaLog>,
     settings: KafkaSettings,
     /// Topics known to exist.
@@ -147,13 +140,13 @@ impl TopicMaker {
         }
         // A state topic is never marked ready, so every batch with a record for one is
         // refused here, whether the plugin, a transform or the dead-letter topic named it.
-        for (topic, key) in &self.state_topics {
-            if let Some(record) = topics.iter().position(|t| t == topic) {
-                anyhow::bail!(
-                    "record {record} of the batch is for the topic {topic}, the worker's {key} (where Sluice \
-                     keeps its state): a connector may not write to it; choose another topic"
-                );
-            }
+        if let Some((record, topic, key)) =
+            topics.iter().enumerate().find_map(|(i, t)| Some((i, t, self.kafka.state_topic_key(t)?)))
+        {
+            anyhow::bail!(
+                "record {record} of the batch is for the topic {topic}, the worker's {key} (where Sluice \
+                 keeps its state): a connector may not write to it; choose another topic"
+            );
         }
         let existing =
             existing_topics(&self.admin, ADMIN_TIMEOUT).map_err(|e| RetriableDelivery::wrap(format!("{e:#}")))?;
