@@ -245,6 +245,57 @@ fn plugin_text_cannot_forge_log_lines_or_statuses() {
     assert_eq!(trace, r"raise-error: failing\nERROR sluice: forged line");
 }
 
+/// A plugin that returns nothing but bad records, under `errors.tolerance=all` with
+/// `errors.log.enable`, gets a log line for at most `sandbox.log.lines.per.second` of them
+/// a second (the rest counted in a line of their own), not one line per record.
+#[test]
+fn refused_records_are_logged_within_the_log_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let test_plugins = Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins");
+    std::fs::copy(test_plugins.join("hostile.wasm"), plugins.join("hostile.wasm")).unwrap();
+    let file = connector_file(
+        dir.path(),
+        "bad.json",
+        r#"{"name": "bad", "config": {"connector.class": "hostile", "topic": "t", "hostile.attack": "partition-not-object",
+            "errors.tolerance": "all", "errors.log.enable": "true", "sandbox.log.lines.per.second": "5"}}"#,
+    );
+    let data = dir.path().join("data");
+    let started = Instant::now();
+    /// Killed however the test ends: a run left flooding its log would outlive it.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child =
+        Killed(sluice_run(&plugins, &data, &file).env("SLUICE_LOG", "info").stderr(Stdio::piped()).spawn().unwrap());
+    let (mut logged, mut summary) = (0u64, None);
+    for line in BufReader::new(child.0.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line.contains("skipped a record (errors.tolerance=all)") {
+            logged += 1;
+        }
+        if line.contains("were not logged") {
+            summary = Some(line);
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no summary of unlogged records; {logged} lines logged");
+    }
+    let elapsed = started.elapsed();
+    drop(child);
+    let summary = summary.expect("the log went on");
+    assert!(summary.contains("sandbox.log.lines.per.second (5)"), "{summary}");
+    let unlogged: u64 = summary.split_whitespace().find_map(|word| word.parse().ok()).unwrap();
+    assert!(unlogged > 0, "{summary}");
+    // A burst of twice the rate, then the rate.
+    let bound = 10 + 5 * elapsed.as_secs() + 5;
+    assert!(logged <= bound, "{logged} lines logged in {elapsed:?}, more than {bound}");
+}
+
 #[test]
 fn stdout_into_a_reader_that_goes_away_ends_the_process() {
     let dir = tempfile::tempdir().unwrap();
