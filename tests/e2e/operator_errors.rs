@@ -203,16 +203,21 @@ fn a_quota_over_several_files_is_refused_before_any_connector_starts() {
     assert!(stores.local().topics("acme").unwrap().is_empty(), "records were written");
 }
 
-#[test]
-fn plugin_text_cannot_forge_log_lines_or_statuses() {
-    let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
+/// A plugin folder in `dir` holding the hostile test plugin, and a connector file of it
+/// (`config`, the connector's JSON).
+fn hostile_connector(dir: &Path, config: &str) -> (PathBuf, PathBuf) {
+    let plugins = dir.join("plugins");
     std::fs::create_dir(&plugins).unwrap();
     let test_plugins = Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins");
     std::fs::copy(test_plugins.join("hostile.wasm"), plugins.join("hostile.wasm")).unwrap();
-    let file = connector_file(
+    (plugins, connector_file(dir, "connector.json", config))
+}
+
+#[test]
+fn plugin_text_cannot_forge_log_lines_or_statuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugins, file) = hostile_connector(
         dir.path(),
-        "forge.json",
         r#"{"name": "forge", "config": {"connector.class": "hostile", "topic": "t", "hostile.attack": "forge-log"}}"#,
     );
     let data = dir.path().join("data");
@@ -251,13 +256,8 @@ fn plugin_text_cannot_forge_log_lines_or_statuses() {
 #[test]
 fn refused_records_are_logged_within_the_log_rate() {
     let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    let test_plugins = Path::new(sluice::BUILT_PLUGINS).with_file_name("test-plugins");
-    std::fs::copy(test_plugins.join("hostile.wasm"), plugins.join("hostile.wasm")).unwrap();
-    let file = connector_file(
+    let (plugins, file) = hostile_connector(
         dir.path(),
-        "bad.json",
         r#"{"name": "bad", "config": {"connector.class": "hostile", "topic": "t", "hostile.attack": "partition-not-object",
             "errors.tolerance": "all", "errors.log.enable": "true", "sandbox.log.lines.per.second": "5"}}"#,
     );

@@ -380,12 +380,8 @@ pub async fn tasks(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let ns = caller.namespace(&name)?;
-    let display = caller.name_of(&ns);
-    let tasks: Vec<Value> = state
-        .herder
-        .task_configs(&ns)
-        .await?
+    let (display, configs) = named_task_configs(&state, &caller, &name).await?;
+    let tasks: Vec<Value> = configs
         .into_iter()
         .enumerate()
         .map(|(task, config)| {
@@ -403,12 +399,8 @@ pub async fn tasks_config(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let ns = caller.namespace(&name)?;
-    let display = caller.name_of(&ns);
-    let tasks: serde_json::Map<String, Value> = state
-        .herder
-        .task_configs(&ns)
-        .await?
+    let (display, configs) = named_task_configs(&state, &caller, &name).await?;
+    let tasks: serde_json::Map<String, Value> = configs
         .into_iter()
         .enumerate()
         .map(|(task, config)| {
@@ -418,6 +410,16 @@ pub async fn tasks_config(
         })
         .collect();
     Ok(Json(Value::Object(tasks)))
+}
+
+/// The connector's name as the caller sees it, and its tasks' configs in task order.
+async fn named_task_configs(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+) -> Result<(String, Vec<Vec<(String, String)>>), ApiError> {
+    let ns = caller.namespace(name)?;
+    Ok((caller.name_of(&ns), state.herder.task_configs(&ns).await?))
 }
 
 /// `GET /connectors/{name}/tasks/{task}/status`

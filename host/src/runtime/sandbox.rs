@@ -803,12 +803,13 @@ fn describe_trap(error: &wasmtime::Error) -> String {
         .map(|link| link.to_string())
         .filter(|link| !link.starts_with("error while executing at wasm backtrace"))
         .collect();
-    let mut text = match error.downcast_ref::<wasmtime::Trap>() {
+    let trap = error.downcast_ref::<wasmtime::Trap>();
+    let mut text = match trap {
         Some(trap) => trap.to_string(),
         None => links.join(": "),
     };
     let backtrace = error.downcast_ref::<wasmtime::WasmBacktrace>();
-    if error.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::MemoryOutOfBounds)
+    if trap == Some(&wasmtime::Trap::MemoryOutOfBounds)
         && (links.iter().any(|link| stack_overflow_address(link)) || backtrace.is_some_and(looks_recursive))
     {
         text.push_str(
