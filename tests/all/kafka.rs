@@ -750,3 +750,69 @@ async fn produce_errors_are_retried_and_lose_nothing() {
     host.herder.shutdown().await;
     assert_eq!(distinct_seqs(&read_topic(&bootstrap, "numbers", 3000)), (0..3000).collect::<Vec<u64>>());
 }
+
+/// librdkafka stops an idempotent producer for good on a sequence out of step with the
+/// broker (here the first Produce answered OUT_OF_ORDER_SEQUENCE_NUMBER): the batch goes
+/// again through a new producer, nothing is lost, and the task keeps running. (Storage in
+/// SQLite, so that the first Produce is a record's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_stopped_by_a_fatal_error_is_replaced_and_nothing_is_lost() {
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let host = kafka_host(&bootstrap, false).await;
+    cluster.request_errors(
+        rdkafka::types::RDKafkaApiKey::Produce,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
+    );
+    host.start(connector(
+        "count",
+        "counter",
+        &[("topic", "numbers"), ("destination", "kafka"), ("tasks.max", "2"), ("record.count", "3000")],
+    ))
+    .await;
+    let ns = Namespace::new(DEFAULT_TENANT, "count");
+    let offsets = host.herder.services().stores.offsets().clone();
+    wait_until("both tasks committed their last record", || {
+        let seqs = offsets.offsets(&ns, &[r#"{"counter":0}"#.into(), r#"{"counter":1}"#.into()]).ok()?;
+        seqs.iter().all(|o| o.as_deref().is_some_and(|o| o.contains("\"seq\":2999"))).then_some(())
+    })
+    .await;
+    let status = host.status("count").unwrap();
+    assert!(status.tasks.iter().all(|t| t.state == State::Running), "{status:?}");
+    host.herder.shutdown().await;
+    let records = read_topic(&bootstrap, "numbers", 6000);
+    let mut ids: Vec<String> = records.iter().map(|(_, _, v, _)| counter_id(v.as_deref().unwrap())).collect();
+    ids.sort();
+    ids.dedup();
+    let mut expected: Vec<String> =
+        (0..2u32).flat_map(|task| (0..3000u64).map(move |seq| format!("{task}-{seq}"))).collect();
+    expected.sort();
+    assert_eq!(ids, expected, "every record of both tasks at least once");
+}
+
+/// The same for the worker's own producer of its state topics: the first write (here a
+/// connector's config) meets the fatal error and is written again by a new producer,
+/// through which every later write goes; a new worker reads them all back.
+#[test]
+fn the_state_topics_producer_stopped_by_a_fatal_error_is_replaced() {
+    use sluice::storage::ConfigStore;
+    let cluster = mock_cluster();
+    let kafka = kafka_config(&cluster.bootstrap_servers());
+    let config =
+        |n: &str| vec![("connector.class".to_string(), "counter".to_string()), ("n".to_string(), n.to_string())];
+    let (first, second) = (Namespace::new(DEFAULT_TENANT, "first"), Namespace::new(DEFAULT_TENANT, "second"));
+    {
+        let backend = KafkaBackend::open(&kafka).unwrap();
+        cluster.request_errors(
+            rdkafka::types::RDKafkaApiKey::Produce,
+            &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
+        );
+        let configs: &dyn ConfigStore = &*backend;
+        configs.put_connector_config(&first, &config("1")).unwrap();
+        configs.put_connector_config(&second, &config("2")).unwrap();
+    }
+    let backend = KafkaBackend::open(&kafka).unwrap();
+    let configs: &dyn ConfigStore = &*backend;
+    assert_eq!(configs.connector_config(&first).unwrap(), Some(config("1")));
+    assert_eq!(configs.connector_config(&second).unwrap(), Some(config("2")));
+}

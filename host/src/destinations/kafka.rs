@@ -32,7 +32,7 @@ use super::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery};
 use crate::config::TransactionBoundary;
 use crate::config::{DEFAULT_TENANT, KafkaConfig, KafkaSettings};
 use crate::storage::kafka::{
-    KafkaBackend, KafkaLog, admin_client, client_config, existing_topics, offset_key, qualified_name,
+    KafkaBackend, KafkaLog, SharedProducer, admin_client, client_config, existing_topics, offset_key, qualified_name,
 };
 use crate::storage::{Namespace, OffsetStore, RecordBatch};
 
@@ -46,8 +46,11 @@ pub struct KafkaDestination {
     overrides: BTreeMap<String, String>,
     /// Exactly-once: the Kafka storage whose offsets topic transactions write to.
     exactly_once: Option<Arc<KafkaBackend>>,
-    /// The at-least-once producer its tasks share (none with exactly-once).
-    producer: Option<FutureProducer<KafkaLog>>,
+    /// The at-least-once producer its tasks share (none with exactly-once): after a fatal
+    /// error the first task to see it puts a new one in its place and every task sends
+    /// its batch again through that (at-least-once: what the old one wrote is written
+    /// again), so neither a resend nor a restarted task lands on the stopped producer.
+    producer: Option<Arc<SharedProducer>>,
     offsets: Arc<dyn OffsetStore>,
     settings: KafkaSettings,
     topics: Arc<TopicMaker>,
@@ -79,11 +82,7 @@ impl KafkaDestination {
         // Exactly-once sends through each task's transactional producer only.
         let producer = match exactly_once {
             Some(_) => None,
-            None => Some(
-                config
-                    .create_with_context::<KafkaLog, FutureProducer<KafkaLog>>(KafkaLog)
-                    .map_err(|e| anyhow::anyhow!("cannot make a Kafka producer: {e}"))?,
-            ),
+            None => Some(Arc::new(SharedProducer::new(config, "cannot make a Kafka producer")?)),
         };
         let prefix = if tenant == DEFAULT_TENANT { String::new() } else { format!("{tenant}.") };
         let topics = Arc::new(TopicMaker {
@@ -292,7 +291,7 @@ const RESEND_FOR: Duration = Duration::from_secs(300);
 /// most one batch per task again. (Keeping many batches in flight measured 1.1x a bare
 /// producer instead of 0.75x on nisshi, but would re-send all of them; see docs/kafka.md.)
 struct AtLeastOnceTask {
-    producer: FutureProducer<KafkaLog>,
+    producer: Arc<SharedProducer>,
     topics: Arc<TopicMaker>,
     offsets: Arc<dyn OffsetStore>,
 }
@@ -348,7 +347,8 @@ impl AtLeastOnceTask {
         let started = std::time::Instant::now();
         let mut attempt = 0u32;
         loop {
-            let refused = match send_all(&self.producer, records, topics) {
+            let producer = self.producer.get();
+            let refused = match send_all(&producer, records, topics) {
                 Ok(deliveries) => {
                     let mut refused = None;
                     for (delivery, topic) in deliveries.into_iter().zip(topics) {
@@ -369,7 +369,10 @@ impl AtLeastOnceTask {
             let reason = match refused {
                 None => return Ok(()),
                 Some(Refusal::ForGood(reason)) => anyhow::bail!("{reason}"),
-                Some(Refusal::ForNow(reason)) => reason,
+                Some(Refusal::ForNow(reason)) => match self.producer.replace_if_fatal(&producer)? {
+                    Some(fatal) => format!("the producer stopped for good: {fatal}; a new producer sends it"),
+                    None => reason,
+                },
             };
             if started.elapsed() >= RESEND_FOR {
                 anyhow::bail!(
@@ -774,7 +777,7 @@ impl Drop for KafkaDestination {
         // Everything deliver() returned for is acknowledged; this only bounds the wait for
         // records of a batch that failed.
         if let Some(producer) = &self.producer {
-            let _ = producer.flush(Duration::from_secs(5));
+            let _ = producer.get().flush(Duration::from_secs(5));
         }
     }
 }

@@ -238,10 +238,49 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 /// A record of a compacted topic: key, and value (`None`: a tombstone).
 type Entry = (Vec<u8>, Option<Vec<u8>>);
 
+/// An idempotent producer that several writers share, made again when librdkafka stops it
+/// for good: an idempotent producer's fatal error (a sequence out of step with the
+/// broker, an unknown producer id it cannot retry past) fails every send after it at
+/// once, until the process ends. The first writer to find it so puts a new producer in
+/// its place; the others then use that one.
+pub struct SharedProducer {
+    config: ClientConfig,
+    current: Mutex<FutureProducer<KafkaLog>>,
+    /// What making one fails with (`<this>: <librdkafka's reason>`).
+    cannot_make: &'static str,
+}
+
+impl SharedProducer {
+    pub fn new(config: ClientConfig, cannot_make: &'static str) -> anyhow::Result<SharedProducer> {
+        let producer = Self::make(&config, cannot_make)?;
+        Ok(SharedProducer { config, current: Mutex::new(producer), cannot_make })
+    }
+
+    fn make(config: &ClientConfig, cannot_make: &'static str) -> anyhow::Result<FutureProducer<KafkaLog>> {
+        config.create_with_context::<KafkaLog, FutureProducer<KafkaLog>>(KafkaLog).context(cannot_make)
+    }
+
+    pub fn get(&self) -> FutureProducer<KafkaLog> {
+        self.current.lock().unwrap().clone()
+    }
+
+    /// When `used` (the producer a write was just refused by) has stopped for good: its
+    /// fatal error, with a new producer in its place unless another writer put one already.
+    pub fn replace_if_fatal(&self, used: &FutureProducer<KafkaLog>) -> anyhow::Result<Option<String>> {
+        let Some((_, fatal)) = used.client().fatal_error() else { return Ok(None) };
+        let mut current = self.current.lock().unwrap();
+        if current.client().native_ptr() == used.client().native_ptr() {
+            tracing::warn!("a Kafka producer stopped for good ({fatal}); a new one takes its place");
+            *current = Self::make(&self.config, self.cannot_make)?;
+        }
+        Ok(Some(fatal))
+    }
+}
+
 /// One compacted topic: its latest value per key, and the producer that writes it.
 struct TopicView {
     topic: String,
-    producer: FutureProducer<KafkaLog>,
+    producer: Arc<SharedProducer>,
 }
 
 impl TopicView {
@@ -333,39 +372,53 @@ impl TopicView {
 
     /// Sends one (key, value) without waiting for its acknowledgement.
     fn send(&self, key: &[u8], value: Option<&[u8]>) -> anyhow::Result<()> {
-        let mut record = FutureRecord::to(&self.topic).key(key);
-        if let Some(value) = value {
-            record = record.payload(value);
-        }
-        self.producer
-            .send_result(record)
-            .map(drop)
-            .map_err(|(e, _)| anyhow::anyhow!("cannot write to the topic {}: {e}", self.topic))
-    }
-
-    /// Writes every (key, value) and waits until the broker acknowledged each.
-    fn write(&self, entries: &[Entry]) -> anyhow::Result<()> {
-        let mut deliveries = Vec::with_capacity(entries.len());
-        for (key, value) in entries {
+        self.again_if_fatal(|producer| {
             let mut record = FutureRecord::to(&self.topic).key(key);
             if let Some(value) = value {
                 record = record.payload(value);
             }
-            let delivery = self
-                .producer
-                .send_result(record)
-                .map_err(|(e, _)| anyhow::anyhow!("cannot write to the topic {}: {e}", self.topic))?;
-            deliveries.push(delivery);
-        }
-        // The producer's message.timeout.ms bounds each wait.
-        for delivery in deliveries {
-            match block_on(delivery) {
-                Ok(Ok(_)) => {}
-                Ok(Err((e, _))) => anyhow::bail!("cannot write to the topic {}: {e}", self.topic),
-                Err(_) => anyhow::bail!("cannot write to the topic {}: the producer went away", self.topic),
+            producer.send_result(record).map(drop).map_err(|(e, _)| e.to_string())
+        })
+    }
+
+    /// Writes every (key, value) and waits until the broker acknowledged each.
+    fn write(&self, entries: &[Entry]) -> anyhow::Result<()> {
+        self.again_if_fatal(|producer| {
+            let mut deliveries = Vec::with_capacity(entries.len());
+            for (key, value) in entries {
+                let mut record = FutureRecord::to(&self.topic).key(key);
+                if let Some(value) = value {
+                    record = record.payload(value);
+                }
+                deliveries.push(producer.send_result(record).map_err(|(e, _)| e.to_string())?);
             }
+            // The producer's message.timeout.ms bounds each wait.
+            for delivery in deliveries {
+                match block_on(delivery) {
+                    Ok(Ok(_)) => {}
+                    Ok(Err((e, _))) => return Err(e.to_string()),
+                    Err(_) => return Err("the producer went away".to_string()),
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// `attempt` with the current producer, and once more with a new one when it failed
+    /// because that producer stopped for good (the keys' latest values are what count, so
+    /// an entry the old one wrote is only written again).
+    fn again_if_fatal(&self, attempt: impl Fn(&FutureProducer<KafkaLog>) -> Result<(), String>) -> anyhow::Result<()> {
+        let producer = self.producer.get();
+        let Err(error) = attempt(&producer) else { return Ok(()) };
+        match self.producer.replace_if_fatal(&producer)? {
+            None => anyhow::bail!("cannot write to the topic {}: {error}", self.topic),
+            Some(fatal) => attempt(&self.producer.get()).map_err(|again| {
+                anyhow::anyhow!(
+                    "cannot write to the topic {}: {again} (a new producer, after the last stopped for good: {fatal})",
+                    self.topic
+                )
+            }),
         }
-        Ok(())
     }
 }
 
@@ -409,18 +462,19 @@ impl KafkaBackend {
                 (&kafka.statuses, "status.storage.topic"),
             ],
         )?;
-        let producer: FutureProducer<KafkaLog> = client_config(
-            kafka,
-            &[
-                ("enable.idempotence", "true"),
-                ("acks", "all"),
-                ("partitioner", "murmur2_random"),
-                ("linger.ms", "0"),
-                ("message.timeout.ms", WRITE_TIMEOUT_MS),
-            ],
-        )
-        .create_with_context(KafkaLog)
-        .context("[kafka]: cannot make a producer")?;
+        let producer = Arc::new(SharedProducer::new(
+            client_config(
+                kafka,
+                &[
+                    ("enable.idempotence", "true"),
+                    ("acks", "all"),
+                    ("partitioner", "murmur2_random"),
+                    ("linger.ms", "0"),
+                    ("message.timeout.ms", WRITE_TIMEOUT_MS),
+                ],
+            ),
+            "[kafka]: cannot make a producer",
+        )?);
         let view = |topic: &InternalTopic| TopicView { topic: topic.name.clone(), producer: producer.clone() };
         let backend = KafkaBackend {
             kafka: kafka.clone(),
@@ -655,7 +709,7 @@ impl Drop for KafkaBackend {
     fn drop(&mut self) {
         // Statuses are sent without waiting: give the last ones a moment to leave (a
         // dropped producer purges what it still holds).
-        let _ = self.statuses_topic.producer.flush(Duration::from_secs(5));
+        let _ = self.statuses_topic.producer.get().flush(Duration::from_secs(5));
     }
 }
 
