@@ -4,7 +4,9 @@
 //! folder, `move` onto a name already archived, a file that fails part way and is
 //! retried, a name that is not UTF-8, a last line without its newline in tail mode,
 //! `tasks.max` far above the work, a finished file that changes, one line too large for a
-//! record (failing its file, or skipped under `errors.tolerance=all`), a file replaced or removed while it is read, a move cut short by a crash, and
+//! record (failing its file, or skipped under `errors.tolerance=all`), a file replaced or
+//! removed while it is read, one rewritten in place while read and its task restarted, a
+//! move cut short by a crash, and
 //! the listed and archive folders removed and made again, and a task held by a log
 //! renamed away that is still written, one file under several names (hard and
 //! symbolic links) with links that lead nowhere, a log rewritten while its connector
@@ -476,12 +478,7 @@ async fn changed_while_read(replace: bool) {
     let mut expected: Vec<String> = old.into_iter().chain(new.map(String::from)).collect();
     expected.sort();
     let ns = Namespace::new("slow", "pulse");
-    wait_until("both files done", || {
-        let offsets = host.herder.services().stores.offsets().all_offsets(&ns).unwrap();
-        let done = offsets.iter().filter(|(_, o)| serde_json::from_str::<Value>(o).unwrap()["done"] == true).count();
-        (done == 2).then_some(())
-    })
-    .await;
+    wait_until("both files done", || (slow_files_done(&host) == 2).then_some(())).await;
     let mut values = slow_values(&host);
     values.sort();
     let what = if replace { "replaced" } else { "removed" };
@@ -499,6 +496,40 @@ async fn a_file_replaced_by_the_same_name_while_read_is_read_to_its_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_removed_while_read_as_another_arrives_is_read_to_its_end() {
     changed_while_read(false).await;
+}
+
+/// The offsets of the slow host's `pulse` connector that say done.
+fn slow_files_done(host: &TestHost) -> usize {
+    let offsets = host.herder.services().stores.offsets().all_offsets(&Namespace::new("slow", "pulse")).unwrap();
+    offsets.iter().filter(|(_, o)| serde_json::from_str::<Value>(o).unwrap()["done"] == true).count()
+}
+
+/// `big.txt` is rewritten in place (the same inode, written over from its first byte)
+/// while its task reads it: the task reads the new content from the start, as the file's
+/// next version. A later restart of that task (here: a new file handed to it, which
+/// changes its config) used to take that version, which the connector had not assigned,
+/// for another task's, and drop the rest of the file for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_rewritten_in_place_while_read_is_read_to_its_end_across_a_restart_of_its_task() {
+    let (host, dirs, old) = big_file_being_read(3000).await;
+    let big = dirs.inbox.path().join("big.txt");
+    let inode_before = inode(&big);
+    let new: Vec<String> = (0..4000).map(|i| format!("new {i}")).collect();
+    // Written over without truncating first, so the file is never shorter than it was.
+    let mut out = std::fs::OpenOptions::new().write(true).open(&big).unwrap();
+    out.write_all(format!("{}\n", new.join("\n")).as_bytes()).unwrap();
+    drop(out);
+    assert_eq!(inode(&big), inode_before, "rewritten in place");
+    wait_until("the new content being read", || slow_values(&host).contains(&"new 100".to_string()).then_some(()))
+        .await;
+    drop_file(dirs.inbox.path(), "other.txt", b"other a\nother b\n");
+    wait_until("both files done", || (slow_files_done(&host) == 2).then_some(())).await;
+    let values = slow_values(&host);
+    let of = |prefix: &str| values.iter().filter(|v| v.starts_with(prefix)).cloned().collect::<Vec<String>>();
+    let sent_old = of("old ");
+    assert_eq!(sent_old, old[..sent_old.len()], "the old content: what was sent before the rewrite, once each");
+    assert_eq!(of("new "), new, "the new content: every line once, in order");
+    assert_eq!(of("other "), ["other a", "other b"]);
 }
 
 /// A move to the success folder is a link, then an unlink of the listed name; a crash

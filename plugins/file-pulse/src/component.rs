@@ -1498,7 +1498,7 @@ impl TaskFile {
     /// Starts the next version from its beginning (the file was truncated or rewritten).
     fn restart_version(&mut self, why: String) {
         log::info(&format!("{}: {why}: reading it again from the start", printable(&self.key.path)));
-        self.offset = FileOffset::start(&self.key.path, self.offset.version + 1, 0);
+        self.offset = FileOffset { rewritten: true, ..FileOffset::start(&self.key.path, self.offset.version + 1, 0) };
         self.open = None;
     }
 
@@ -1844,12 +1844,18 @@ impl Task for TaskState {
                 let announce = committed.as_ref().is_none_or(|o| o.version != key.version || o.attempt != key.attempt);
                 // Renamed since it was read (a rotated log found under its new name).
                 let renamed = committed.as_ref().is_some_and(|o| !o.path.is_empty() && o.path != key.path);
-                // Committed by a later version or attempt: the file was handed to another
-                // task since this list was made (a finished log that grew again, say).
-                // That task reads it; reading it here too would send its lines twice.
-                let handed_on = committed.as_ref().is_some_and(|o| (o.version, o.attempt) > (key.version, key.attempt));
+                let later = committed.as_ref().is_some_and(|o| (o.version, o.attempt) > (key.version, key.attempt));
+                // A later version this task started itself, finding the file rewritten in
+                // place as it read it (the connector only ever hands a file to one task,
+                // and takes it back before it hands it on): read on from it.
+                let own_rewrite = later && committed.as_ref().is_some_and(|o| o.rewritten);
+                // Committed by a later version or attempt the connector started: the file
+                // was handed to another task since this list was made (a finished log that
+                // grew again, say). That task reads it; reading it here too would send its
+                // lines twice.
+                let handed_on = later && !own_rewrite;
                 let offset = match committed {
-                    Some(o) if handed_on || (o.version == key.version && o.attempt == key.attempt) => o,
+                    Some(o) if later || (o.version == key.version && o.attempt == key.attempt) => o,
                     // A retry, or the new bytes of a finished log: on from where it stopped.
                     Some(o) if o.version == key.version => FileOffset {
                         done: false,

@@ -83,6 +83,12 @@ pub struct FileOffset {
     /// mode) to tell a finished log that grew from a new file in its place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head: Option<String>,
+    /// This version was started by the task reading the one before, which found the file
+    /// rewritten in place (truncated, or its first bytes changed), not by the connector.
+    /// A restart of that task, with a config that still names the version before, reads
+    /// on from here: a later version the connector started is another task's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rewritten: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -126,7 +132,7 @@ impl FileOffset {
 
     /// Whether serde would write only the six fields every offset has, and the head.
     fn is_plain(&self) -> bool {
-        self.end == End::Eof && self.failed.is_none() && self.version == 0 && self.attempt == 0
+        self.end == End::Eof && self.failed.is_none() && self.version == 0 && self.attempt == 0 && !self.rewritten
     }
 
     /// The start of a version of a file.
