@@ -304,6 +304,40 @@ fn doubtful_offsets_are_read_from_the_topic_again() {
     assert_eq!(backend.all_offsets(&ns).unwrap(), vec![(partitions[0].clone(), r#"{"seq":2}"#.to_string())]);
 }
 
+/// A task instance given up on while its commit is waited for (a broker that does not
+/// answer, past the stop deadline) may never say how the commit ended: the next instance's
+/// claim of the id makes that commit's partitions doubtful, so they are read from the
+/// topic (which its start settled), not from what the worker knew before the commit.
+#[test]
+fn a_new_instance_claiming_an_id_mid_commit_makes_its_offsets_doubtful() {
+    use sluice::storage::OffsetStore;
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let backend = KafkaBackend::open(&kafka_config(&bootstrap)).unwrap();
+    let ns = Namespace::new(DEFAULT_TENANT, "eos");
+    let partitions = [r#"{"counter":0}"#.to_string()];
+    backend.remember_offsets(&ns, &[(partitions[0].clone(), r#"{"seq":1}"#.into())]);
+    // What the commit being waited for holds, written as its coordinator completes it.
+    let producer: rdkafka::producer::BaseProducer =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("partitioner", "murmur2_random").create().unwrap();
+    let key = offset_key(&ns, &partitions[0]).unwrap();
+    producer
+        .send(rdkafka::producer::BaseRecord::to("sluice-offsets").key(key.as_slice()).payload(r#"{"seq": 2}"#))
+        .unwrap();
+    producer.flush(Duration::from_secs(30)).unwrap();
+    // A commit that ended (either way) before the next claim leaves nothing in doubt here.
+    let first = backend.claim_transactional_id("sluice-eos-0");
+    backend.commit_started("sluice-eos-0", &first, &ns, partitions.to_vec());
+    backend.commit_ended("sluice-eos-0", &first);
+    let second = backend.claim_transactional_id("sluice-eos-0");
+    assert_eq!(backend.offsets(&ns, &partitions).unwrap(), vec![Some(r#"{"seq":1}"#.to_string())]);
+    // One still waited for when the next instance claims the id.
+    backend.commit_started("sluice-eos-0", &second, &ns, partitions.to_vec());
+    let _third = backend.claim_transactional_id("sluice-eos-0");
+    backend.commit_ended("sluice-eos-0", &second);
+    assert_eq!(backend.offsets(&ns, &partitions).unwrap(), vec![Some(r#"{"seq":2}"#.to_string())]);
+}
+
 /// A worker opened beside one that keeps committing (or `sluice offsets` beside a running
 /// `sluice run`) reads the state topics up to their ends as they were when it looked, as
 /// Connect's KafkaBasedLog does, rather than waiting for an end the writer keeps moving.
@@ -596,6 +630,21 @@ async fn an_aborted_transaction_is_sent_again_and_nothing_is_lost() {
     host.herder.shutdown().await;
     // The mock keeps aborted records visible (it writes no markers), so count distinct.
     assert_eq!(distinct_seqs(&read_topic(&bootstrap, "numbers", 1000)), (0..1000).collect::<Vec<u64>>());
+}
+
+/// A record Kafka will never take (larger than the producer's `message.max.bytes`) fails
+/// its exactly-once task at once with why, as at-least-once does, rather than be sent
+/// again in a new transaction for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_record_kafka_refuses_for_good_fails_its_task_with_why() {
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let host = exactly_once_host(&bootstrap).await;
+    host.start(exactly_once_counter("big", "3", &[("record.size", "1040000"), ("batch.size", "1")])).await;
+    let task = host.wait_task("big", 0, State::Failed).await;
+    let trace = task.trace.unwrap_or_default();
+    assert!(trace.contains("larger than Kafka takes") && trace.contains("message.max.bytes"), "{trace}");
+    host.herder.shutdown().await;
 }
 
 /// A commit whose answer never comes: the broker takes the EndTxn (the mock keeps no

@@ -484,6 +484,8 @@ fn transactional_producer(
 /// One task instance's transactional producer and its open transaction.
 struct TransactionalTask {
     id: String,
+    /// This instance's claim on the id (raised once a newer instance claims it).
+    instance: Arc<std::sync::atomic::AtomicBool>,
     backend: Arc<KafkaBackend>,
     /// The connector's topic names and creation.
     topics: Arc<TopicMaker>,
@@ -521,7 +523,8 @@ impl TransactionalTask {
     fn start(parent: &KafkaDestination, backend: Arc<KafkaBackend>, ns: &Namespace, task: u32) -> anyhow::Result<Self> {
         let id = transactional_id(&parent.kafka, ns, task);
         let superseded = backend.claim_transactional_id(&id);
-        let (kafka, overrides, made_id) = (parent.kafka.clone(), parent.overrides.clone(), id.clone());
+        let (kafka, overrides, made_id, instance) =
+            (parent.kafka.clone(), parent.overrides.clone(), id.clone(), superseded.clone());
         let new_producer = Box::new(move || {
             // An instance given up on may still be working (its commit waiting on a broker
             // that is away) when the task's next one starts: initialising the id then
@@ -538,6 +541,7 @@ impl TransactionalTask {
         let producer = new_producer()?;
         Ok(TransactionalTask {
             id,
+            instance,
             backend,
             topics: parent.topics.clone(),
             boundary: parent.settings.transaction_boundary,
@@ -549,6 +553,8 @@ impl TransactionalTask {
 
     fn commit(&self, ns: &Namespace, state: &mut TransactionState) -> anyhow::Result<()> {
         let Some(transaction) = state.open.take() else { return Ok(()) };
+        let partitions: Vec<String> = transaction.offsets.iter().map(|(p, _)| p.clone()).collect();
+        self.backend.commit_started(&self.id, &self.instance, ns, partitions.clone());
         let mut attempts = 0;
         let committed = loop {
             attempts += 1;
@@ -559,12 +565,17 @@ impl TransactionalTask {
                 result => break result,
             }
         };
+        self.backend.commit_ended(&self.id, &self.instance);
         match committed {
             Ok(()) => {
                 self.backend.remember_offsets(ns, &transaction.offsets);
                 Ok(())
             }
             Err(e) => {
+                // Whatever the error, its offsets are read from the topic next time: a try
+                // before the last may have reached the coordinator, and an instance that
+                // ends here (fenced, fatal) never looks the outcome up itself.
+                self.backend.doubt_offsets(ns, &partitions);
                 // An error that needs an abort (librdkafka's `txn_requires_abort`) is an
                 // answer: the transaction cannot commit. Any other (the commit timed out
                 // every time) leaves the outcome unknown.
@@ -582,8 +593,6 @@ impl TransactionalTask {
                 tracing::warn!(
                     "{error:#}: the commit's outcome is not known; looking it up before anything is sent again"
                 );
-                let partitions: Vec<String> = transaction.offsets.iter().map(|(p, _)| p.clone()).collect();
-                self.backend.doubt_offsets(ns, &partitions);
                 state.unsettled = Some(transaction);
                 match self.settle(ns, state)? {
                     Settled::Committed => Ok(()),
@@ -727,30 +736,37 @@ impl Destination for TransactionalTask {
             }
             state.open = Some(OpenTransaction { since: std::time::Instant::now(), offsets: Vec::new(), batches: 0 });
         }
-        let cannot_produce = |(e, topic): (KafkaError, String)| anyhow::anyhow!("cannot produce to {topic}: {e}");
-        let sent = send_all(&state.producer, records, &topics).map_err(cannot_produce).and_then(|mut deliveries| {
-            for (partition, offset) in offsets {
-                let key = offset_key(ns, partition)?;
+        let keys =
+            offsets.iter().map(|(partition, _)| offset_key(ns, partition)).collect::<anyhow::Result<Vec<_>>>()?;
+        let sent = send_all(&state.producer, records, &topics).and_then(|mut deliveries| {
+            for ((_, offset), key) in offsets.iter().zip(&keys) {
                 let record = FutureRecord::<[u8], [u8]>::to(self.backend.offsets_topic())
                     .key(key.as_slice())
                     .payload(offset.as_bytes());
-                deliveries.push(send_one(&state.producer, record).map_err(cannot_produce)?);
+                deliveries.push(send_one(&state.producer, record)?);
             }
             Ok(deliveries)
         });
-        if let Err(e) = sent {
+        if let Err((e, topic)) = sent {
             let held_earlier = state.open.as_ref().is_some_and(|t| t.batches > 0);
             self.abort(&mut state)?;
+            let e = match Refusal::of(&e, &topic) {
+                // A record Kafka will never take (too large, say) fails the task with why,
+                // as at-least-once does, rather than be sent again in a new transaction
+                // for ever.
+                Refusal::ForGood(reason) => anyhow::bail!("{reason}"),
+                Refusal::ForNow(_) => format!("cannot produce to {topic}: {e}"),
+            };
             if held_earlier {
                 // The abort also took back batches the runner already counted as delivered
                 // (transaction.boundary=interval): sending only this one again would skip
                 // them. The task resumes from its committed offsets instead.
                 anyhow::bail!(
-                    "a send failed ({e:#}) and the open transaction, with the batches sent in it before, \
+                    "a send failed ({e}) and the open transaction, with the batches sent in it before, \
                      was aborted; the task resumes from its committed offsets when restarted"
                 );
             }
-            return Err(RetriableDelivery::wrap(format!("{e:#}")));
+            return Err(RetriableDelivery::wrap(e));
         }
         if let Some(transaction) = state.open.as_mut() {
             transaction.offsets.extend_from_slice(offsets);

@@ -422,6 +422,10 @@ impl TopicView {
     }
 }
 
+/// A commit being waited for: the claim of the instance that asked for it, and the
+/// partitions of the namespace whose offsets it holds.
+type CommitInFlight = (Arc<AtomicBool>, Namespace, Vec<String>);
+
 /// The three stores on one cluster.
 pub struct KafkaBackend {
     /// The cluster, to read the offsets topic again (`reread_offsets`).
@@ -436,6 +440,10 @@ pub struct KafkaBackend {
     doubtful: Mutex<BTreeSet<(Namespace, String)>>,
     /// Each `transactional.id`'s newest holder in this worker (its flag: superseded).
     transactional_ids: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    /// Each `transactional.id`'s commit being waited for: the partitions whose offsets it
+    /// holds. A new instance that claims the id meanwhile makes them doubtful (its start
+    /// completes that commit or aborts it, and the old instance may never say which).
+    commits_in_flight: Mutex<HashMap<String, CommitInFlight>>,
     configs: Mutex<BTreeMap<Namespace, StoredConfig>>,
     statuses: Mutex<BTreeMap<Namespace, ConnectorStatus>>,
     active_topics: Mutex<BTreeMap<Namespace, BTreeMap<String, ActiveTopic>>>,
@@ -485,6 +493,7 @@ impl KafkaBackend {
             offsets: Mutex::default(),
             doubtful: Mutex::default(),
             transactional_ids: Mutex::default(),
+            commits_in_flight: Mutex::default(),
             configs: Mutex::default(),
             statuses: Mutex::default(),
             active_topics: Mutex::default(),
@@ -523,10 +532,27 @@ impl KafkaBackend {
     /// an unanswered commit), which would fence the newer one.
     pub fn claim_transactional_id(&self, id: &str) -> Arc<AtomicBool> {
         let superseded = Arc::new(AtomicBool::new(false));
+        if let Some((_, ns, partitions)) = self.commits_in_flight.lock().unwrap().remove(id) {
+            self.doubt_offsets(&ns, &partitions);
+        }
         if let Some(previous) = self.transactional_ids.lock().unwrap().insert(id.to_string(), superseded.clone()) {
             previous.store(true, Ordering::Release);
         }
         superseded
+    }
+
+    /// `id`'s instance is asking for its transaction, holding the offsets of `partitions`
+    /// of `ns`, to commit (until [`Self::commit_ended`]); `instance` is the flag its claim
+    /// returned.
+    pub fn commit_started(&self, id: &str, instance: &Arc<AtomicBool>, ns: &Namespace, partitions: Vec<String>) {
+        self.commits_in_flight.lock().unwrap().insert(id.to_string(), (instance.clone(), ns.clone(), partitions));
+    }
+
+    pub fn commit_ended(&self, id: &str, instance: &Arc<AtomicBool>) {
+        let mut in_flight = self.commits_in_flight.lock().unwrap();
+        if in_flight.get(id).is_some_and(|(holder, _, _)| Arc::ptr_eq(holder, instance)) {
+            in_flight.remove(id);
+        }
     }
 
     /// Marks `partitions` of `ns` as perhaps committed by a transaction whose outcome is not
