@@ -405,6 +405,29 @@ async fn a_failed_file_fixed_in_place_through_a_truncation_is_read_on_not_sent_a
     assert_eq!(by_file(&host, "lines")["fix.log"], ["line 1", "line 2", "line 3", "line 4"]);
 }
 
+/// A failed file fixed with other first lines (written over in place, longer than what was
+/// sent) is new content: read from its start, not on from the old position, which would
+/// send the middle of a line and never the new first one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_file_fixed_with_other_first_lines_is_read_from_its_start() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let broken = format!("line 1\nline 2\n{}\nline 4\n", "x".repeat(3 << 20));
+    drop_file(dirs.inbox.path(), "fix.log", broken.as_bytes());
+    host.start(pulse("pulse", &dirs.config(&[]))).await;
+    wait_until("fix.log to fail at its long line", || {
+        (offsets_by_path(&host).get("fix.log")?["end"] == "failed").then_some(())
+    })
+    .await;
+    let fixed = "LINE-1 fixed\nline 2\nline 3\nline 4\n";
+    let mut out = std::fs::OpenOptions::new().write(true).open(dirs.inbox.path().join("fix.log")).unwrap();
+    out.write_all(fixed.as_bytes()).unwrap();
+    out.set_len(fixed.len() as u64).unwrap();
+    drop(out);
+    wait_until("the fix's last line", || (by_file(&host, "lines")["fix.log"].last()? == "line 4").then_some(())).await;
+    assert_eq!(by_file(&host, "lines")["fix.log"], ["line 1", "line 2", "LINE-1 fixed", "line 2", "line 3", "line 4"]);
+}
+
 /// Under `move`, a name at the filesystem's 255-byte limit that is taken in the archive
 /// gets its number by a shorter name, rather than failing its move at every listing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

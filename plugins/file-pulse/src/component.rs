@@ -632,9 +632,15 @@ impl ConnectorState {
             // changing, so that the fix, which starts with the lines sent, is read on from
             // where they stopped rather than taken for a new file and sent again.
             let fixing = offset.as_ref().is_some_and(|o| o.done && o.end == End::Failed);
-            if matches!(decision, Decision::Start { .. })
-                && (self.too_young(&relative, seen) || fixing && modified_within(seen, FIXED_IN_PLACE_SETTLE_MS))
-            {
+            let settling = fixing && modified_within(seen, FIXED_IN_PLACE_SETTLE_MS);
+            let waits = match decision {
+                Decision::Start { .. } => self.too_young(&relative, seen) || settling,
+                // A fix already longer than what was sent may still be being written: read
+                // on once it has stopped changing, not up to the middle of the write.
+                Decision::ReadOn { .. } => settling,
+                _ => false,
+            };
+            if waits {
                 continue;
             }
             let (version, attempt) = offset.as_ref().map_or((0, 0), |o| (o.version, o.attempt));
@@ -1856,12 +1862,14 @@ impl Task for TaskState {
                 let handed_on = later && !own_rewrite;
                 let offset = match committed {
                     Some(o) if later || (o.version == key.version && o.attempt == key.attempt) => o,
-                    // A retry, or the new bytes of a finished log: on from where it stopped.
+                    // A retry, or the new bytes of a finished log: on from where it stopped,
+                    // if its first bytes are still the ones read (checked as it opens; a
+                    // failed file fixed with other first lines is new content, read from
+                    // its start).
                     Some(o) if o.version == key.version => FileOffset {
                         done: false,
                         end: End::Eof,
                         failed: None,
-                        head: None,
                         attempt: key.attempt,
                         path: key.path.clone(),
                         ..o
