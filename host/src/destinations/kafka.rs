@@ -208,6 +208,7 @@ fn send_all(
     producer: &FutureProducer<KafkaLog>,
     records: &RecordBatch,
     topics: &[String],
+    gate: &CommitGate,
 ) -> Result<Vec<DeliveryFuture>, (KafkaError, String)> {
     let mut deliveries = Vec::with_capacity(records.len());
     for (record, topic) in records.iter().zip(topics) {
@@ -222,20 +223,27 @@ fn send_all(
         if let Some(value) = record.value {
             message = message.payload(value);
         }
-        deliveries.push(send_one(producer, message)?);
+        deliveries.push(send_one(producer, message, gate)?);
     }
     Ok(deliveries)
 }
 
+/// Sends one record. A full local queue waits for room (the broker is slower than the
+/// plugin, or away: then room comes only as queued records time out, after
+/// `message.timeout.ms`), unless the task gives the batch up meanwhile (`gate` shut at its
+/// stop deadline): then `Canceled`.
 fn send_one(
     producer: &FutureProducer<KafkaLog>,
     mut message: FutureRecord<'_, [u8], [u8]>,
+    gate: &CommitGate,
 ) -> Result<DeliveryFuture, (KafkaError, String)> {
-    // A full local queue waits for room: the broker is slower than the plugin.
     loop {
         match producer.send_result(message) {
             Ok(delivery) => return Ok(delivery),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                if gate.is_shut() {
+                    return Err((KafkaError::Canceled, back.topic.to_string()));
+                }
                 message = back;
                 producer.poll(Duration::from_millis(10));
             }
@@ -348,7 +356,7 @@ impl AtLeastOnceTask {
         let mut attempt = 0u32;
         loop {
             let producer = self.producer.get();
-            let refused = match send_all(&producer, records, topics) {
+            let refused = match send_all(&producer, records, topics, gate) {
                 Ok(deliveries) => {
                     let mut refused = None;
                     for (delivery, topic) in deliveries.into_iter().zip(topics) {
@@ -366,6 +374,9 @@ impl AtLeastOnceTask {
                 }
                 Err((e, topic)) => Some(Refusal::of(&e, &topic)),
             };
+            if refused.is_some() && gate.is_shut() {
+                return Err(DeliveryAbandoned.into());
+            }
             let reason = match refused {
                 None => return Ok(()),
                 Some(Refusal::ForGood(reason)) => anyhow::bail!("{reason}"),
@@ -708,15 +719,15 @@ fn classify(id: &str, error: KafkaError) -> anyhow::Error {
 }
 
 impl Destination for TransactionalTask {
-    /// `gate` is not needed: the task's next instance's producer fences this one (its
-    /// `init_transactions` aborts whatever this one left open), so a batch given up on
-    /// cannot commit after it.
+    /// `gate` is not needed to keep a batch given up on from committing: the task's next
+    /// instance's producer fences this one (its `init_transactions` aborts whatever this one
+    /// left open). It only ends a wait for room in a full queue.
     fn deliver(
         &self,
         ns: &Namespace,
         records: &RecordBatch,
         offsets: &[(String, String)],
-        _gate: &CommitGate,
+        gate: &CommitGate,
     ) -> anyhow::Result<()> {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
@@ -738,16 +749,20 @@ impl Destination for TransactionalTask {
         }
         let keys =
             offsets.iter().map(|(partition, _)| offset_key(ns, partition)).collect::<anyhow::Result<Vec<_>>>()?;
-        let sent = send_all(&state.producer, records, &topics).and_then(|mut deliveries| {
+        let sent = send_all(&state.producer, records, &topics, gate).and_then(|mut deliveries| {
             for ((_, offset), key) in offsets.iter().zip(&keys) {
                 let record = FutureRecord::<[u8], [u8]>::to(self.backend.offsets_topic())
                     .key(key.as_slice())
                     .payload(offset.as_bytes());
-                deliveries.push(send_one(&state.producer, record)?);
+                deliveries.push(send_one(&state.producer, record, gate)?);
             }
             Ok(deliveries)
         });
         if let Err((e, topic)) = sent {
+            if gate.is_shut() {
+                // Given up on: the next instance's start aborts what this one left open.
+                return Err(DeliveryAbandoned.into());
+            }
             let held_earlier = state.open.as_ref().is_some_and(|t| t.batches > 0);
             self.abort(&mut state)?;
             let e = match Refusal::of(&e, &topic) {
