@@ -836,21 +836,32 @@ impl ConnectorState {
             }
             // Waiting for data is not a stall: a file whose every byte the task has seen
             // (sent, or held back as an unfinished last line) is caught up.
-            let behind: Vec<String> = open
-                .iter()
-                .filter(|(id, path, offset)| {
-                    let size = match look(&self.absolute(path)) {
-                        Ok((found, seen)) if found == *id => seen.size,
-                        // No longer at its path (removed, or the name is another file's):
-                        // only the task's open reader has it, and that made no progress.
-                        _ => u64::MAX,
-                    };
-                    path.ends_with(".gz") || offset.as_ref().is_none_or(|o| o.size < size)
-                })
-                .map(|(_, path, _)| printable(path))
-                .collect();
+            let (mut behind, mut displaced) = (Vec::new(), Vec::new());
+            for (id, path, offset) in open {
+                match look(&self.absolute(path)) {
+                    Ok((found, seen)) if found == *id => {
+                        if path.ends_with(".gz") || offset.as_ref().is_none_or(|o| o.size < seen.size) {
+                            behind.push(printable(path));
+                        }
+                    }
+                    // No longer at its path (removed, or the name is another file's): only
+                    // the task's open reader has it.
+                    _ => displaced.push(printable(path)),
+                }
+            }
             self.progress[task].1 = now;
-            if behind.is_empty() {
+            if behind.is_empty() && displaced.is_empty() {
+                continue;
+            }
+            if !displaced.is_empty() {
+                // A restart would reopen it by its path and lose the rest (see
+                // `held_tasks`); no progress is most often a destination that does not
+                // take records (a broker away), after which the task goes on by itself.
+                log::warn(&format!(
+                    "task {task} made no progress for {} ms, but is not restarted: it holds {}, no longer at its path, whose rest a restart would lose",
+                    now - since,
+                    displaced.join(", ")
+                ));
                 continue;
             }
             log::warn(&format!(

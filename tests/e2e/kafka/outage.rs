@@ -113,3 +113,57 @@ fn a_refused_record_fails_at_once_and_a_stop_does_not_wait_for_an_absent_broker(
     let exit = server.terminate();
     assert!(exit.success(), "{exit:?}\n{}", server.log());
 }
+
+/// file-pulse into Kafka while the broker is away: nothing is committed, so the connector
+/// looks at its task as stalled. The file it reads was removed meanwhile (only its open
+/// reader still has it): a restart would reopen it by its path and lose the rest, as it
+/// did. The task is left alone, and once the broker is back it reads the file to its end.
+#[test]
+fn a_file_removed_while_kafka_is_away_is_read_to_its_end() {
+    let mut broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let inbox = dir.path().join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let inbox = std::fs::canonicalize(inbox).unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, broker.worker_toml(false, "")).unwrap();
+    let server = Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["file-pulse"]), Some(&config));
+    let lines: Vec<String> = (0..30_000).map(|i| format!("big {i}")).collect();
+    let hidden = inbox.join(".big.txt.part");
+    std::fs::write(&hidden, format!("{}\n", lines.join("\n"))).unwrap();
+    std::fs::rename(&hidden, inbox.join("big.txt")).unwrap();
+    let inbox_path = inbox.to_string_lossy();
+    let connector = json!({"name": "pulse", "config": {
+        "connector.class": "file-pulse", "topic": "lines", "destination": "kafka",
+        "fs.listing.directory.path": inbox_path, "sandbox.fs.write": inbox_path,
+        "poll.max.records": "50", "task.stall.timeout.ms": "1500",
+        "topic.creation.default.partitions": "1", "topic.creation.default.replication.factor": "1",
+    }});
+    let created = server.call("POST", "/connectors", None, Some(&connector.to_string()));
+    assert_eq!(created.status, 201, "{created:?}");
+    wait_until("records to flow", || (broker.count("lines") > 500).then_some(()));
+    broker.stop();
+    let waiting = server.wait_for("the task saying it cannot deliver", "/connectors/pulse/status", None, |s| {
+        s["tasks"][0]["trace"].as_str().is_some_and(|t| t.contains("deliver"))
+    });
+    std::fs::remove_file(inbox.join("big.txt")).unwrap();
+    // Past the stall timeout: the connector either leaves the task alone, saying why, or
+    // restarts it (a new instance), which loses the rest of the file.
+    wait_until("the connector to leave the task alone or restart it", || {
+        let instance = server.get("/connectors/pulse/status").json()["tasks"][0]["instance"].clone();
+        (server.log().contains("is not restarted: it holds big.txt") || instance != waiting["tasks"][0]["instance"])
+            .then_some(())
+    });
+    broker.restart();
+    let offsets = server
+        .wait_for("big.txt done", "/connectors/pulse/offsets", None, |o| o["offsets"][0]["offset"]["done"] == true);
+    assert!(offsets["offsets"][0]["offset"].get("end").is_none(), "read to its end: {offsets}");
+    let mut sent: Vec<String> =
+        broker.read("lines").iter().map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap()).collect();
+    sent.sort();
+    sent.dedup();
+    let mut expected = lines;
+    expected.sort();
+    assert_eq!(sent.len(), expected.len(), "every line at least once");
+    assert_eq!(sent, expected);
+}
