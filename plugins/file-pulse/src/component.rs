@@ -1465,9 +1465,14 @@ impl TaskFile {
     }
 
     /// Ends this version of the file: the done flag rides on its last record of this poll,
-    /// or on an offset-only record when this poll produced none (or it failed).
+    /// or on an offset-only record when this poll produced none (or it failed). A file read
+    /// to its end keeps the size and time of the look that found it so (its caller's): a
+    /// look taken now could count bytes written since as read, and the cleanup, which
+    /// removes only a file still as it was read, would remove them unread.
     fn finish(&mut self, batch: &mut Batch, last_of_this_poll: Option<usize>, end: End, failed: Option<String>) {
-        if let Some(stat) = self.open.as_ref().and_then(|open| open.file.stat().ok()) {
+        if end == End::Failed
+            && let Some(stat) = self.open.as_ref().and_then(|open| open.file.stat().ok())
+        {
             self.offset.size = stat.size;
             self.offset.mtime = mtime_ns(&stat);
         }
