@@ -404,6 +404,25 @@ fn a_state_topic_read_that_falls_out_of_the_log_starts_again_from_its_start() {
 /// A task instance given up on may still be working when the task's next instance starts:
 /// the next one's claim on the `transactional.id` tells the old one not to initialise the
 /// id again (that would fence the new one), and leaves the other tasks' claims alone.
+/// A fetch that meets a passing error (a request timed out) is made again by librdkafka:
+/// reading the state topics goes on, rather than failing the worker's start.
+#[test]
+fn a_state_topic_read_goes_on_past_a_passing_fetch_error() {
+    use sluice::storage::OffsetStore;
+    let cluster = mock_cluster();
+    let kafka = kafka_config(&cluster.bootstrap_servers());
+    let writer = KafkaBackend::open(&kafka).unwrap();
+    let ns = Namespace::new(DEFAULT_TENANT, "timed-out");
+    let committed = vec![(r#"{"counter":0}"#.to_string(), r#"{"seq":7}"#.to_string())];
+    writer.commit_offsets(&ns, &committed).unwrap();
+    cluster.request_errors(
+        rdkafka::types::RDKafkaApiKey::Fetch,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT],
+    );
+    let reader = KafkaBackend::open(&kafka).expect("opened past the timed-out fetch");
+    assert_eq!(reader.all_offsets(&ns).unwrap(), committed);
+}
+
 #[test]
 fn a_new_instance_claims_its_transactional_id_from_the_old_one() {
     use std::sync::atomic::Ordering;

@@ -32,7 +32,8 @@ use super::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery};
 use crate::config::TransactionBoundary;
 use crate::config::{DEFAULT_TENANT, KafkaConfig, KafkaSettings};
 use crate::storage::kafka::{
-    KafkaBackend, KafkaLog, SharedProducer, admin_client, client_config, existing_topics, offset_key, qualified_name,
+    KafkaBackend, KafkaLog, SharedProducer, admin_client, client_config, existing_topics, is_passing, offset_key,
+    qualified_name,
 };
 use crate::storage::{Namespace, OffsetStore, RecordBatch};
 
@@ -168,7 +169,7 @@ impl TopicMaker {
                     tracing::info!("topic {topic} is ready");
                     self.ready.lock().unwrap().insert(topic);
                 }
-                Err((topic, code)) if is_retriable(code) => {
+                Err((topic, code)) if is_passing(code) => {
                     return Err(RetriableDelivery::wrap(format!("cannot create the topic {topic}: {code}")));
                 }
                 Err((topic, code)) => anyhow::bail!(
@@ -178,28 +179,6 @@ impl TopicMaker {
         }
         Ok(())
     }
-}
-
-fn is_retriable(code: RDKafkaErrorCode) -> bool {
-    use RDKafkaErrorCode::*;
-    matches!(
-        code,
-        BrokerTransportFailure
-            | AllBrokersDown
-            | MessageTimedOut
-            | RequestTimedOut
-            | OperationTimedOut
-            | NotEnoughReplicas
-            | NotEnoughReplicasAfterAppend
-            | LeaderNotAvailable
-            | NotLeaderForPartition
-            | NetworkException
-            | NotCoordinator
-            | CoordinatorNotAvailable
-            | CoordinatorLoadInProgress
-            | QueueFull
-            | UnknownTopicOrPartition
-    )
 }
 
 /// Sends every record (waiting for room when the producer's queue is full) and returns

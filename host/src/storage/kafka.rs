@@ -150,6 +150,30 @@ fn wait_for_cluster(admin: &AdminClient<KafkaLog>, bootstrap: &str) -> anyhow::R
     }
 }
 
+/// Errors that pass: a broker away or busy for a while, a leader or coordinator moving. A
+/// call that met one may simply be made again (librdkafka fetches again by itself).
+pub fn is_passing(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        code,
+        BrokerTransportFailure
+            | AllBrokersDown
+            | MessageTimedOut
+            | RequestTimedOut
+            | OperationTimedOut
+            | NotEnoughReplicas
+            | NotEnoughReplicasAfterAppend
+            | LeaderNotAvailable
+            | NotLeaderForPartition
+            | NetworkException
+            | NotCoordinator
+            | CoordinatorNotAvailable
+            | CoordinatorLoadInProgress
+            | QueueFull
+            | UnknownTopicOrPartition
+    )
+}
+
 /// An admin client that never creates a topic by asking about it.
 pub fn admin_client(kafka: &KafkaConfig) -> anyhow::Result<AdminClient<KafkaLog>> {
     client_config(kafka, &[("allow.auto.create.topics", "false")])
@@ -348,6 +372,12 @@ impl TopicView {
                 None => {}
                 Some(Err(KafkaError::PartitionEOF(partition))) => {
                     pending.remove(&partition);
+                }
+                // A fetch that met a passing error (a request timed out, a broker away for
+                // a moment) is made again by librdkafka after a backoff; STARTUP_TIMEOUT
+                // bounds the whole read. Before, one such error failed the worker's start.
+                Some(Err(KafkaError::MessageConsumption(code))) if is_passing(code) => {
+                    tracing::debug!("reading the topic {topic}: {code}; librdkafka fetches again");
                 }
                 Some(Err(e)) => return Err(e).with_context(|| format!("cannot read the topic {topic}")),
                 Some(Ok(message)) => {
