@@ -378,11 +378,9 @@ async fn one_line_too_large_for_a_record_fails_its_file_alone() {
     assert!(status.tasks.iter().all(|t| t.state == State::Running), "{status:?}");
 }
 
-/// A failed file fixed in place by a write that truncates it first (`cat fixed > file`): a
-/// listing that catches it empty does not take it for a new file, so the lines sent before
-/// it failed are not sent again, and the fix is read on from where they stopped.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_file_fixed_in_place_through_a_truncation_is_read_on_not_sent_again() {
+/// `fix.log` (`line 1`, `line 2`, a line too long for a record, `line 4`) failed at its
+/// long line.
+async fn fix_log_failed() -> (TestHost, Dirs) {
     let host = TestHost::new(&["file-pulse"]).await;
     let dirs = Dirs::new();
     let broken = format!("line 1\nline 2\n{}\nline 4\n", "x".repeat(3 << 20));
@@ -392,6 +390,15 @@ async fn a_failed_file_fixed_in_place_through_a_truncation_is_read_on_not_sent_a
         (offsets_by_path(&host).get("fix.log")?["end"] == "failed").then_some(())
     })
     .await;
+    (host, dirs)
+}
+
+/// A failed file fixed in place by a write that truncates it first (`cat fixed > file`): a
+/// listing that catches it empty does not take it for a new file, so the lines sent before
+/// it failed are not sent again, and the fix is read on from where they stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_file_fixed_in_place_through_a_truncation_is_read_on_not_sent_again() {
+    let (host, dirs) = fix_log_failed().await;
     assert_eq!(by_file(&host, "lines")["fix.log"], ["line 1", "line 2"]);
     // Truncated in place (the same inode), and seen so by a listing: the one that finds a
     // file dropped after the truncation.
@@ -410,15 +417,7 @@ async fn a_failed_file_fixed_in_place_through_a_truncation_is_read_on_not_sent_a
 /// send the middle of a line and never the new first one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_file_fixed_with_other_first_lines_is_read_from_its_start() {
-    let host = TestHost::new(&["file-pulse"]).await;
-    let dirs = Dirs::new();
-    let broken = format!("line 1\nline 2\n{}\nline 4\n", "x".repeat(3 << 20));
-    drop_file(dirs.inbox.path(), "fix.log", broken.as_bytes());
-    host.start(pulse("pulse", &dirs.config(&[]))).await;
-    wait_until("fix.log to fail at its long line", || {
-        (offsets_by_path(&host).get("fix.log")?["end"] == "failed").then_some(())
-    })
-    .await;
+    let (host, dirs) = fix_log_failed().await;
     let fixed = "LINE-1 fixed\nline 2\nline 3\nline 4\n";
     let mut out = std::fs::OpenOptions::new().write(true).open(dirs.inbox.path().join("fix.log")).unwrap();
     out.write_all(fixed.as_bytes()).unwrap();

@@ -274,6 +274,16 @@ fn offsets_connect_wrote_with_another_key_order_are_found() {
     assert_eq!(found, vec![Some(r#"{"pos":5}"#.to_string())]);
 }
 
+/// Writes `offset` for `partition` of `ns` to the offsets topic, to the key's partition (as
+/// Connect's partitioner places it), behind the worker's back.
+fn write_offset_aside(bootstrap: &str, ns: &Namespace, partition: &str, offset: &str) {
+    let producer: rdkafka::producer::BaseProducer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).set("partitioner", "murmur2_random").create().unwrap();
+    let key = offset_key(ns, partition).unwrap();
+    producer.send(rdkafka::producer::BaseRecord::to("sluice-offsets").key(key.as_slice()).payload(offset)).unwrap();
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
 /// Offsets a transaction may have committed behind the worker's back (its commit went
 /// unanswered) are read from the topic again before anyone reads them; until marked, the
 /// worker answers from memory.
@@ -288,13 +298,7 @@ fn doubtful_offsets_are_read_from_the_topic_again() {
     backend.commit_offsets(&ns, &[(partitions[0].clone(), r#"{"seq":1}"#.into())]).unwrap();
     // Written behind the worker's back, to the key's partition (as Connect's partitioner
     // places it), as a transaction whose commit went unanswered would have.
-    let producer: rdkafka::producer::BaseProducer =
-        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("partitioner", "murmur2_random").create().unwrap();
-    let key = offset_key(&ns, &partitions[0]).unwrap();
-    producer
-        .send(rdkafka::producer::BaseRecord::to("sluice-offsets").key(key.as_slice()).payload(r#"{"seq": 2}"#))
-        .unwrap();
-    producer.flush(Duration::from_secs(30)).unwrap();
+    write_offset_aside(&bootstrap, &ns, &partitions[0], r#"{"seq": 2}"#);
     assert_eq!(backend.offsets(&ns, &partitions).unwrap(), vec![Some(r#"{"seq":1}"#.to_string())]);
     backend.doubt_offsets(&ns, &partitions);
     assert!(backend.offsets_at_once(&ns, &partitions).is_none(), "a doubtful offset is not answered from memory");
@@ -318,13 +322,7 @@ fn a_new_instance_claiming_an_id_mid_commit_makes_its_offsets_doubtful() {
     let partitions = [r#"{"counter":0}"#.to_string()];
     backend.remember_offsets(&ns, &[(partitions[0].clone(), r#"{"seq":1}"#.into())]);
     // What the commit being waited for holds, written as its coordinator completes it.
-    let producer: rdkafka::producer::BaseProducer =
-        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("partitioner", "murmur2_random").create().unwrap();
-    let key = offset_key(&ns, &partitions[0]).unwrap();
-    producer
-        .send(rdkafka::producer::BaseRecord::to("sluice-offsets").key(key.as_slice()).payload(r#"{"seq": 2}"#))
-        .unwrap();
-    producer.flush(Duration::from_secs(30)).unwrap();
+    write_offset_aside(&bootstrap, &ns, &partitions[0], r#"{"seq": 2}"#);
     // A commit that ended (either way) before the next claim leaves nothing in doubt here.
     let first = backend.claim_transactional_id("sluice-eos-0");
     backend.commit_started("sluice-eos-0", &first, &ns, partitions.to_vec());
@@ -385,44 +383,34 @@ fn the_state_topics_are_read_to_their_current_end_while_another_worker_writes() 
 /// no offsets at all.
 #[test]
 fn a_state_topic_read_that_falls_out_of_the_log_starts_again_from_its_start() {
+    // The reader's first fetch is told its position is out of range.
+    read_back_past_a_fetch_error(rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE);
+}
+
+/// A committed offset, read back by a new worker whose first fetch is answered `error`.
+fn read_back_past_a_fetch_error(error: rdkafka::types::RDKafkaRespErr) {
     use sluice::storage::OffsetStore;
     let cluster = mock_cluster();
     let kafka = kafka_config(&cluster.bootstrap_servers());
     let writer = KafkaBackend::open(&kafka).unwrap();
-    let ns = Namespace::new(DEFAULT_TENANT, "moved");
+    let ns = Namespace::new(DEFAULT_TENANT, "read-back");
     let committed = vec![(r#"{"counter":0}"#.to_string(), r#"{"seq":41}"#.to_string())];
     writer.commit_offsets(&ns, &committed).unwrap();
-    // The reader's first fetch is told its position is out of range.
-    cluster.request_errors(
-        rdkafka::types::RDKafkaApiKey::Fetch,
-        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE],
-    );
-    let reader = KafkaBackend::open(&kafka).unwrap();
+    cluster.request_errors(rdkafka::types::RDKafkaApiKey::Fetch, &[error]);
+    let reader = KafkaBackend::open(&kafka).unwrap_or_else(|e| panic!("opened past a fetch answered {error:?}: {e:#}"));
     assert_eq!(reader.all_offsets(&ns).unwrap(), committed);
+}
+
+/// A fetch that meets a passing error (a request timed out) is made again by librdkafka:
+/// reading the state topics goes on, rather than failing the worker's start.
+#[test]
+fn a_state_topic_read_goes_on_past_a_passing_fetch_error() {
+    read_back_past_a_fetch_error(rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT);
 }
 
 /// A task instance given up on may still be working when the task's next instance starts:
 /// the next one's claim on the `transactional.id` tells the old one not to initialise the
 /// id again (that would fence the new one), and leaves the other tasks' claims alone.
-/// A fetch that meets a passing error (a request timed out) is made again by librdkafka:
-/// reading the state topics goes on, rather than failing the worker's start.
-#[test]
-fn a_state_topic_read_goes_on_past_a_passing_fetch_error() {
-    use sluice::storage::OffsetStore;
-    let cluster = mock_cluster();
-    let kafka = kafka_config(&cluster.bootstrap_servers());
-    let writer = KafkaBackend::open(&kafka).unwrap();
-    let ns = Namespace::new(DEFAULT_TENANT, "timed-out");
-    let committed = vec![(r#"{"counter":0}"#.to_string(), r#"{"seq":7}"#.to_string())];
-    writer.commit_offsets(&ns, &committed).unwrap();
-    cluster.request_errors(
-        rdkafka::types::RDKafkaApiKey::Fetch,
-        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT],
-    );
-    let reader = KafkaBackend::open(&kafka).expect("opened past the timed-out fetch");
-    assert_eq!(reader.all_offsets(&ns).unwrap(), committed);
-}
-
 #[test]
 fn a_new_instance_claims_its_transactional_id_from_the_old_one() {
     use std::sync::atomic::Ordering;
@@ -452,6 +440,25 @@ fn distinct_seqs(records: &[Read]) -> Vec<u64> {
     seqs
 }
 
+/// Until both tasks of the connector `count` (3,000 records each) committed their last.
+async fn wait_for_both_counter_tasks(host: &TestHost) {
+    let ns = Namespace::new(DEFAULT_TENANT, "count");
+    let offsets = host.herder.services().stores.offsets().clone();
+    wait_until("both tasks committed their last record", || {
+        let seqs = offsets.offsets(&ns, &[r#"{"counter":0}"#.into(), r#"{"counter":1}"#.into()]).ok()?;
+        seqs.iter().all(|o| o.as_deref().is_some_and(|o| o.contains("\"seq\":2999"))).then_some(())
+    })
+    .await;
+}
+
+/// `<task>-<seq>` of both tasks' 3,000 records each, sorted.
+fn both_counter_tasks_ids() -> Vec<String> {
+    let mut ids: Vec<String> =
+        (0..2u32).flat_map(|task| (0..3000u64).map(move |seq| format!("{task}-{seq}"))).collect();
+    ids.sort();
+    ids
+}
+
 /// A host whose worker delivers to the mock cluster, with storage in Kafka or SQLite.
 async fn kafka_host(bootstrap: &str, storage_kafka: bool) -> TestHost {
     TestHost::with_tenants(&["counter"], &worker_toml(bootstrap, storage_kafka)).await
@@ -464,19 +471,11 @@ async fn counter_records_reach_kafka_once_each_with_offsets_committed_after() {
     let host = kafka_host(&bootstrap, true).await;
     host.start(connector("count", "counter", &[("topic", "numbers"), ("tasks.max", "2"), ("record.count", "3000")]))
         .await;
-    let ns = Namespace::new(DEFAULT_TENANT, "count");
-    let offsets = host.herder.services().stores.offsets().clone();
-    wait_until("both tasks committed their last record", || {
-        let seqs = offsets.offsets(&ns, &[r#"{"counter":0}"#.into(), r#"{"counter":1}"#.into()]).ok()?;
-        seqs.iter().all(|o| o.as_deref().is_some_and(|o| o.contains("\"seq\":2999"))).then_some(())
-    })
-    .await;
+    wait_for_both_counter_tasks(&host).await;
     let records = read_topic(&bootstrap, "numbers", 6000);
     let mut values: Vec<String> = records.iter().map(|(_, _, v, _)| counter_id(v.as_deref().unwrap())).collect();
     values.sort();
-    let mut expected: Vec<String> =
-        (0..2u32).flat_map(|task| (0..3000u64).map(move |seq| format!("{task}-{seq}"))).collect();
-    expected.sort();
+    let expected = both_counter_tasks_ids();
     assert_eq!(values.len(), 6000, "each record once");
     assert_eq!(values, expected);
     let status = host.status("count").unwrap();
@@ -838,13 +837,7 @@ async fn a_producer_stopped_by_a_fatal_error_is_replaced_and_nothing_is_lost() {
         &[("topic", "numbers"), ("destination", "kafka"), ("tasks.max", "2"), ("record.count", "3000")],
     ))
     .await;
-    let ns = Namespace::new(DEFAULT_TENANT, "count");
-    let offsets = host.herder.services().stores.offsets().clone();
-    wait_until("both tasks committed their last record", || {
-        let seqs = offsets.offsets(&ns, &[r#"{"counter":0}"#.into(), r#"{"counter":1}"#.into()]).ok()?;
-        seqs.iter().all(|o| o.as_deref().is_some_and(|o| o.contains("\"seq\":2999"))).then_some(())
-    })
-    .await;
+    wait_for_both_counter_tasks(&host).await;
     let status = host.status("count").unwrap();
     assert!(status.tasks.iter().all(|t| t.state == State::Running), "{status:?}");
     host.herder.shutdown().await;
@@ -852,9 +845,7 @@ async fn a_producer_stopped_by_a_fatal_error_is_replaced_and_nothing_is_lost() {
     let mut ids: Vec<String> = records.iter().map(|(_, _, v, _)| counter_id(v.as_deref().unwrap())).collect();
     ids.sort();
     ids.dedup();
-    let mut expected: Vec<String> =
-        (0..2u32).flat_map(|task| (0..3000u64).map(move |seq| format!("{task}-{seq}"))).collect();
-    expected.sort();
+    let expected = both_counter_tasks_ids();
     assert_eq!(ids, expected, "every record of both tasks at least once");
 }
 
