@@ -452,9 +452,13 @@ impl TopicView {
     }
 }
 
-/// A commit being waited for: the claim of the instance that asked for it, and the
-/// partitions of the namespace whose offsets it holds.
-type CommitInFlight = (Arc<AtomicBool>, Namespace, Vec<String>);
+/// The newest instance in this worker to claim a `transactional.id`.
+struct Claim {
+    /// Raised once a newer instance claims the id.
+    superseded: Arc<AtomicBool>,
+    /// The commit it is waiting for: the partitions of the namespace whose offsets it holds.
+    committing: Option<(Namespace, Vec<String>)>,
+}
 
 /// The three stores on one cluster.
 pub struct KafkaBackend {
@@ -468,12 +472,11 @@ pub struct KafkaBackend {
     /// Partitions whose offsets a transaction may or may not have committed (its commit's
     /// answer never came): read from the topic again before they are read here.
     doubtful: Mutex<BTreeSet<(Namespace, String)>>,
-    /// Each `transactional.id`'s newest holder in this worker (its flag: superseded).
-    transactional_ids: Mutex<HashMap<String, Arc<AtomicBool>>>,
-    /// Each `transactional.id`'s commit being waited for: the partitions whose offsets it
-    /// holds. A new instance that claims the id meanwhile makes them doubtful (its start
-    /// completes that commit or aborts it, and the old instance may never say which).
-    commits_in_flight: Mutex<HashMap<String, CommitInFlight>>,
+    /// Each `transactional.id`'s newest holder in this worker. A new instance that claims
+    /// an id while the holder waits for a commit makes that commit's partitions doubtful
+    /// (its start completes that commit or aborts it, and the old instance may never say
+    /// which).
+    transactional_ids: Mutex<HashMap<String, Claim>>,
     configs: Mutex<BTreeMap<Namespace, StoredConfig>>,
     statuses: Mutex<BTreeMap<Namespace, ConnectorStatus>>,
     active_topics: Mutex<BTreeMap<Namespace, BTreeMap<String, ActiveTopic>>>,
@@ -523,7 +526,6 @@ impl KafkaBackend {
             offsets: Mutex::default(),
             doubtful: Mutex::default(),
             transactional_ids: Mutex::default(),
-            commits_in_flight: Mutex::default(),
             configs: Mutex::default(),
             statuses: Mutex::default(),
             active_topics: Mutex::default(),
@@ -562,11 +564,13 @@ impl KafkaBackend {
     /// an unanswered commit), which would fence the newer one.
     pub fn claim_transactional_id(&self, id: &str) -> Arc<AtomicBool> {
         let superseded = Arc::new(AtomicBool::new(false));
-        if let Some((_, ns, partitions)) = self.commits_in_flight.lock().unwrap().remove(id) {
-            self.doubt_offsets(&ns, &partitions);
-        }
-        if let Some(previous) = self.transactional_ids.lock().unwrap().insert(id.to_string(), superseded.clone()) {
-            previous.store(true, Ordering::Release);
+        let claim = Claim { superseded: superseded.clone(), committing: None };
+        let previous = self.transactional_ids.lock().unwrap().insert(id.to_string(), claim);
+        if let Some(previous) = previous {
+            previous.superseded.store(true, Ordering::Release);
+            if let Some((ns, partitions)) = previous.committing {
+                self.doubt_offsets(&ns, &partitions);
+            }
         }
         superseded
     }
@@ -575,13 +579,19 @@ impl KafkaBackend {
     /// of `ns`, to commit (until [`Self::commit_ended`]); `instance` is the flag its claim
     /// returned.
     pub fn commit_started(&self, id: &str, instance: &Arc<AtomicBool>, ns: &Namespace, partitions: Vec<String>) {
-        self.commits_in_flight.lock().unwrap().insert(id.to_string(), (instance.clone(), ns.clone(), partitions));
+        self.set_committing(id, instance, Some((ns.clone(), partitions)));
     }
 
     pub fn commit_ended(&self, id: &str, instance: &Arc<AtomicBool>) {
-        let mut in_flight = self.commits_in_flight.lock().unwrap();
-        if in_flight.get(id).is_some_and(|(holder, _, _)| Arc::ptr_eq(holder, instance)) {
-            in_flight.remove(id);
+        self.set_committing(id, instance, None);
+    }
+
+    /// Only while `instance` still holds the id: a superseded one's commit was made
+    /// doubtful when it lost the claim.
+    fn set_committing(&self, id: &str, instance: &Arc<AtomicBool>, committing: Option<(Namespace, Vec<String>)>) {
+        let mut claims = self.transactional_ids.lock().unwrap();
+        if let Some(claim) = claims.get_mut(id).filter(|c| Arc::ptr_eq(&c.superseded, instance)) {
+            claim.committing = committing;
         }
     }
 
