@@ -7,7 +7,8 @@
 //! record (failing its file, or skipped under `errors.tolerance=all`), a file replaced or
 //! removed while it is read, one rewritten in place while read and its task restarted, a
 //! move cut short by a crash, and
-//! the listed and archive folders removed and made again, and a task held by a log
+//! the listed and archive folders removed and made again, files renamed over one name as
+//! it is cleaned up, a file left under a cleanup's hidden name by a crash, and a task held by a log
 //! renamed away that is still written, one file under several names (hard and
 //! symbolic links) with links that lead nowhere, a log rewritten while its connector
 //! was stopped, logs rotated faster than their tasks start under a filter that leaves out
@@ -104,6 +105,86 @@ async fn the_same_name_dropped_again_arrives_every_round_with_move() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_name_deleted_and_written_again_arrives_every_round_with_none() {
     same_name_rounds("none").await;
+}
+
+/// A user who renames each new file over the last under one name, quickly, while the
+/// connector archives finished ones (`move`). A cleanup looked at the name, then linked
+/// and unlinked it by name: a file renamed over it in between was archived unread. Now a
+/// file is taken off its name (renamed to a hidden one) before it is checked and archived,
+/// and another file found there is given its name back. Whatever the timing: every
+/// archived file was read, no line arrives twice, and the last file arrives (files the user
+/// replaced before they were read are the user's own to lose).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_renamed_over_one_name_while_it_is_cleaned_up_are_never_archived_unread() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let done = Dirs::path(&dirs.done);
+    host.start(pulse(
+        "pulse",
+        &dirs.config(&[
+            ("fs.cleanup.policy", "move"),
+            ("fs.cleanup.policy.move.success.path", &done),
+            ("fs.listing.interval.ms", "10"),
+            ("monitor.interval.ms", "5"),
+        ]),
+    ))
+    .await;
+    let inbox = dirs.inbox.path().to_path_buf();
+    let files = 1500u32;
+    let writer = std::thread::spawn(move || {
+        for n in 0..files {
+            drop_file(&inbox, "hot.txt", format!("file {n} a\nfile {n} b\n").as_bytes());
+            // From at once to a little past the listing interval, so some files are read
+            // and cleaned up as the next arrives, and some are replaced unread.
+            std::thread::sleep(Duration::from_micros(u64::from(n % 23) * 700));
+        }
+    });
+    tokio::task::spawn_blocking(move || writer.join().unwrap()).await.unwrap();
+    let hot = dirs.inbox.path().join("hot.txt");
+    wait_until("the last file archived", || (!hot.exists()).then_some(())).await;
+    let last = format!("file {} b", files - 1);
+    wait_until("the last file's lines", || host.values("lines").contains(&last).then_some(())).await;
+
+    let values = host.values("lines");
+    let mut once = std::collections::HashSet::new();
+    let twice: Vec<&String> = values.iter().filter(|v| !once.insert(*v)).collect();
+    assert!(twice.is_empty(), "sent twice: {twice:?}");
+    let file_of = |line: &str| line.split(' ').nth(1).unwrap().parse::<u32>().unwrap();
+    let read: std::collections::HashSet<u32> = values.iter().map(|v| file_of(v)).collect();
+    let archived = files_in(dirs.done.path());
+    let unread: Vec<String> = archived
+        .iter()
+        .map(|name| std::fs::read_to_string(dirs.done.path().join(name)).unwrap())
+        .filter(|content| !read.contains(&file_of(content)))
+        .collect();
+    assert!(unread.is_empty(), "{} of {} archived files were never read: {unread:?}", unread.len(), archived.len());
+    for n in &read {
+        let lines = values.iter().filter(|v| file_of(v) == *n).count();
+        assert_eq!(lines, 2, "file {n}: {lines} of its 2 lines arrived");
+    }
+    println!("{} of {files} files read, {} archived", read.len(), archived.len());
+}
+
+/// A cleanup holds a file under a hidden name (`.hot.txt.sluice-cleanup`) while it checks
+/// it; a crash there leaves it hidden, where the listing never looks. The next listing
+/// gives it its name back, or a numbered one when a new file took the name meanwhile, and
+/// both files are read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_held_by_a_cleanup_cut_short_gets_its_name_back_and_is_read() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    std::fs::write(dirs.inbox.path().join(".hot.txt.sluice-cleanup"), b"held a\nheld b\n").unwrap();
+    drop_file(dirs.inbox.path(), "hot.txt", b"new a\n");
+    host.start(pulse("pulse", &dirs.config(&[("fs.cleanup.policy", "delete")]))).await;
+    wait_until("both files read and deleted", || {
+        (host.values("lines").len() == 3 && files_in(dirs.inbox.path()).is_empty()).then_some(())
+    })
+    .await;
+    let mut values = host.values("lines");
+    values.sort();
+    assert_eq!(values, ["held a", "held b", "new a"]);
+    let paths: Vec<String> = offsets_by_path(&host).into_keys().collect();
+    assert_eq!(paths, ["hot-1.txt", "hot.txt"], "the held file under a numbered name beside the new one");
 }
 
 /// A writer appending throughout, rotating three times as logrotate does (older files

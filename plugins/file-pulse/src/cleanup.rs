@@ -1,5 +1,6 @@
-//! Names cleanup gives the files it moves: a taken name gets a number, and still fits the
-//! filesystem's limit on a name.
+//! Names cleanup gives files: a taken name gets a number, and still fits the filesystem's
+//! limit on a name; a file being cleaned up is held under a hidden name beside it while
+//! cleanup checks that it is still the file that was read.
 
 /// The longest file name most filesystems take, in bytes.
 pub const NAME_MAX: usize = 255;
@@ -23,6 +24,25 @@ pub fn numbered_name(stem: &str, n: u32, extension: &str) -> String {
     format!("{suffix}{}", cut(extension, NAME_MAX - suffix.len()))
 }
 
+/// What ends the hidden name a file is held under while its cleanup checks it.
+const CLAIM_SUFFIX: &str = ".sluice-cleanup";
+
+/// `.<name>.sluice-cleanup`: the hidden name (the listing skips hidden names) a file named
+/// `name` is held under while its cleanup checks it, `name` cut at a character boundary
+/// where the whole would not fit [`NAME_MAX`].
+pub fn claim_name(name: &str) -> String {
+    let mut end = NAME_MAX.saturating_sub(1 + CLAIM_SUFFIX.len()).min(name.len());
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(".{}{CLAIM_SUFFIX}", &name[..end])
+}
+
+/// The name a file held under `hidden` (a [`claim_name`]) had, if `hidden` is one.
+pub fn claimed_from(hidden: &str) -> Option<&str> {
+    hidden.strip_prefix('.')?.strip_suffix(CLAIM_SUFFIX).filter(|name| !name.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,5 +57,17 @@ mod tests {
         let all_extension = format!(".{}", "x".repeat(254));
         let named = numbered_name("a", 3, &all_extension);
         assert!(named.len() == NAME_MAX && named.starts_with("-3.x"), "{named}");
+    }
+
+    #[test]
+    fn claim_names_are_hidden_fit_the_limit_and_say_the_name() {
+        assert_eq!(claim_name("data.csv"), ".data.csv.sluice-cleanup");
+        assert_eq!(claimed_from(&claim_name("data.csv")), Some("data.csv"));
+        assert_eq!(claimed_from(".data.csv"), None);
+        assert_eq!(claimed_from("..sluice-cleanup"), None);
+        let long = "é".repeat(127);
+        let claimed = claim_name(&long);
+        assert!(claimed.len() <= NAME_MAX && claimed.starts_with(".é"), "{claimed}");
+        assert!(long.starts_with(claimed_from(&claimed).unwrap()));
     }
 }

@@ -20,7 +20,7 @@ use wasi::filesystem::types::{
 };
 
 use crate::assign::{Assigned, Assignment};
-use crate::cleanup::numbered_name;
+use crate::cleanup::{claim_name, claimed_from, numbered_name};
 use crate::identity::{Decision, Seen, decide};
 use crate::offset::{End, FileOffset, HEAD_BYTES, OffsetWriter, decimal, head_hash, partition};
 use crate::reader::{LineReader, is_too_long, read_whole};
@@ -429,6 +429,25 @@ impl ConnectorState {
             let name = entry.name;
             // Hidden files are usually being written (editors, uploaders).
             if name.starts_with('.') {
+                if let Some(original) = claimed_from(&name) {
+                    // Held by a cleanup that a crash cut short: given its name back (or a
+                    // numbered one), and the next pass decides what it is.
+                    let at = |name: &str| {
+                        if dir.is_empty() {
+                            format!("{}/{name}", settings.directory)
+                        } else {
+                            format!("{}/{dir}/{name}", settings.directory)
+                        }
+                    };
+                    match give_back(&at(&name), &at(original)) {
+                        Ok(named) => {
+                            log::info(&format!("{} given back its name after a cleanup cut short", printable(&named)))
+                        }
+                        Err(e) => {
+                            log::warn(&format!("cannot give {} back its name: {}", printable(&at(&name)), io_text(&e)))
+                        }
+                    }
+                }
                 continue;
             }
             let relative = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
@@ -694,21 +713,28 @@ impl ConnectorState {
             return true;
         }
         let failed = offset.end == End::Failed;
+        // What it must still be when it is removed from its name: a file renamed over it
+        // since the look above is a new one, which is read, not deleted or archived.
+        let read = WasRead { id, seen: recorded.then_some(seen) };
         let result = match (settings.cleanup, failed) {
             (Cleanup::None, _) => return true,
             // A file that could not be read is kept for a person to look at.
             (Cleanup::Delete, true) => return true,
-            (Cleanup::Delete, false) => {
-                std::fs::remove_file(&source).map(|_| format!("deleted {}", printable(relative)))
-            }
+            (Cleanup::Delete, false) => remove_if_still(&source, &read)
+                .map(|removed| removed.then(|| format!("deleted {}", printable(relative)))),
             (Cleanup::Move, failed) => {
                 let root = if failed { &settings.move_failure } else { &settings.move_success };
-                move_without_overwriting(&source, root, relative)
-                    .map(|target| format!("moved {} to {}", printable(relative), printable(&target)))
+                move_without_overwriting(&source, root, relative, &read).map(|target| {
+                    target.map(|target| format!("moved {} to {}", printable(relative), printable(&target)))
+                })
             }
         };
         match result {
-            Ok(done) => {
+            Ok(None) => {
+                log::debug(&format!("{} was replaced before its cleanup: the new file is read", printable(relative)));
+                true
+            }
+            Ok(Some(done)) => {
                 log::debug(&done);
                 if failed {
                     self.cleaned_failed += 1;
@@ -1052,58 +1078,150 @@ fn is_current(known: &HashMap<String, Known>, entry: &Assigned) -> bool {
         .is_some_and(|k| k.state == KnownState::Assigned && k.version == entry.version && k.attempt == entry.attempt)
 }
 
+/// The file a cleanup is for, as it was read: its identity and, where its offset recorded
+/// them, its size and modification time.
+struct WasRead<'a> {
+    id: &'a str,
+    seen: Option<Seen>,
+}
+
+impl WasRead<'_> {
+    /// Whether the file at `path` is this one, unchanged.
+    fn is_at(&self, path: &str) -> bool {
+        look(path).is_ok_and(|(found, now)| found == self.id && self.seen.is_none_or(|seen| seen == now))
+    }
+}
+
+/// Takes the file at `path` off its name: renamed (atomically) to its hidden
+/// [`claim_name`] beside it, and checked there to be `read`. Another file (put under the
+/// name since it was looked at) is given its name back, and `None` returned; so is one
+/// gone. The listing never sees the hidden name, and gives the name back to a file a
+/// crash left under it.
+fn claim(path: &str, read: &WasRead) -> std::io::Result<Option<String>> {
+    let (dir, name) = path.rsplit_once('/').unwrap_or((".", path));
+    let claimed = format!("{dir}/{}", claim_name(name));
+    if std::fs::symlink_metadata(&claimed).is_ok() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{claimed} is in the way (a cleanup cut short: the next listing gives it its name back)"),
+        ));
+    }
+    match std::fs::rename(path, &claimed) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    if read.is_at(&claimed) {
+        return Ok(Some(claimed));
+    }
+    give_back(&claimed, path)?;
+    Ok(None)
+}
+
+/// Gives the file held under `claimed` its name `path` back, or, when a file took that
+/// name meanwhile, a numbered name beside it (`data-1.csv`), never overwriting one.
+fn give_back(claimed: &str, path: &str) -> std::io::Result<String> {
+    let (dir, name) = path.rsplit_once('/').unwrap_or((".", path));
+    let (stem, extension) = split_name(name);
+    for n in 0..10_000u32 {
+        let candidate = if n == 0 { path.to_string() } else { format!("{dir}/{}", numbered_name(stem, n, extension)) };
+        match std::fs::hard_link(claimed, &candidate) {
+            Ok(()) => {
+                std::fs::remove_file(claimed)?;
+                return Ok(candidate);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(_) if std::fs::symlink_metadata(&candidate).is_ok() => continue,
+            // No links here (or a symbolic link, which is not linked): renamed.
+            Err(_) => {
+                std::fs::rename(claimed, &candidate)?;
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(std::io::Error::other(format!("10,000 files named like {name} already in {dir}")))
+}
+
+/// Removes the file at `path` if it is still the one `read`: whether it was.
+fn remove_if_still(path: &str, read: &WasRead) -> std::io::Result<bool> {
+    let Some(claimed) = claim(path, read)? else { return Ok(false) };
+    std::fs::remove_file(&claimed).inspect_err(|_| {
+        let _ = give_back(&claimed, path);
+    })?;
+    Ok(true)
+}
+
+/// `name` split before its first dot (not a leading one): `("data", ".tar.gz")`.
+fn split_name(name: &str) -> (&str, &str) {
+    match name.find('.') {
+        Some(0) | None => (name, ""),
+        Some(dot) => name.split_at(dot),
+    }
+}
+
 /// Moves `source` to `<root>/<relative>`, never over an existing file: a name that is
 /// taken gets a `-1`, `-2`, ... before its first dot. Hard link then unlink, so taking
-/// the name is atomic; a plain rename where links are not supported.
-fn move_without_overwriting(source: &str, root: &str, relative: &str) -> std::io::Result<String> {
+/// the name is atomic; a plain rename where links are not supported. Only the file
+/// `read` is moved: `None` when another one is at `source` now (it is read, not archived).
+fn move_without_overwriting(
+    source: &str,
+    root: &str,
+    relative: &str,
+    read: &WasRead,
+) -> std::io::Result<Option<String>> {
     let target = format!("{root}/{relative}");
     if let Some(parent) = std::path::Path::new(&target).parent() {
         std::fs::create_dir_all(parent)?;
     }
     let (dir, name) = target.rsplit_once('/').unwrap_or(("", &target));
-    let (stem, extension) = match name.find('.') {
-        Some(0) | None => (name, ""),
-        Some(dot) => name.split_at(dot),
-    };
+    let (stem, extension) = split_name(name);
     for n in 0..10_000u32 {
         let candidate = if n == 0 { target.clone() } else { format!("{dir}/{}", numbered_name(stem, n, extension)) };
         match std::fs::hard_link(source, &candidate) {
             Ok(()) => {
-                std::fs::remove_file(source)?;
-                return Ok(candidate);
+                if !read.is_at(&candidate) {
+                    // Another file was put under the listed name before the link: it stays
+                    // where it is, to be read.
+                    std::fs::remove_file(&candidate)?;
+                    return Ok(None);
+                }
+                // Archived. Whatever is at `source` now leaves it only if it is this file.
+                remove_if_still(source, read)?;
+                return Ok(Some(candidate));
             }
             // The same file under that name: a move cut short between its link and its
             // unlink (a crash), finished now rather than linked again under a new name.
             Err(_) if same_file_linked(&candidate, source) => {
-                std::fs::remove_file(source)?;
-                return Ok(candidate);
+                remove_if_still(source, read)?;
+                return Ok(Some(candidate));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(_) => {
                 if std::fs::metadata(&candidate).is_ok() {
                     continue;
                 }
-                match std::fs::rename(source, &candidate) {
-                    Ok(()) => return Ok(candidate),
-                    // What a copy would not get past either (the source cannot be
-                    // removed, a read-only listing): said as it is.
-                    Err(e)
-                        if matches!(
-                            e.kind(),
+                let Some(claimed) = claim(source, read)? else { return Ok(None) };
+                match std::fs::rename(&claimed, &candidate) {
+                    Ok(()) => return Ok(Some(candidate)),
+                    Err(e) => {
+                        give_back(&claimed, source)?;
+                        match e.kind() {
+                            // What a copy would not get past either (the source cannot be
+                            // removed, a read-only listing): said as it is.
                             std::io::ErrorKind::NotFound
-                                | std::io::ErrorKind::PermissionDenied
-                                | std::io::ErrorKind::ReadOnlyFilesystem
-                        ) =>
-                    {
-                        return Err(e);
+                            | std::io::ErrorKind::PermissionDenied
+                            | std::io::ErrorKind::ReadOnlyFilesystem => return Err(e),
+                            _ => {}
+                        }
                     }
-                    // Neither a link nor a rename crosses file systems (an archive on
-                    // another mount): copied instead.
-                    Err(_) => match copy_then_remove(source, &candidate) {
-                        Ok(()) => return Ok(candidate),
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                        Err(e) => return Err(e),
-                    },
+                }
+                // Neither a link nor a rename crosses file systems (an archive on another
+                // mount): copied instead.
+                match copy_then_remove(source, &candidate, read) {
+                    Ok(true) => return Ok(Some(candidate)),
+                    Ok(false) => return Ok(None),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -1134,9 +1252,13 @@ fn stamp(path: &str) -> std::io::Result<FileStamp> {
 /// modification time, and only then removed from the listing (if that fails, the named
 /// copy is removed again, so a file that cannot leave is never archived twice). A file
 /// that changes while it is copied is copied again from its start. A crash part way
-/// leaves the source in place and the next cleanup copies it again.
-fn copy_then_remove(source: &str, target: &str) -> std::io::Result<()> {
+/// leaves the source in place and the next cleanup copies it again. Only the file `read`
+/// is moved: `false` (and no copy left) when another one is at `source` now.
+fn copy_then_remove(source: &str, target: &str, read: &WasRead) -> std::io::Result<bool> {
     use std::io::{Read, Seek, Write};
+    if !read.is_at(source) {
+        return Ok(false);
+    }
     let (dir, name) = target.rsplit_once('/').unwrap_or((".", target));
     let partial = format!("{dir}/.{name}.sluice-partial");
     let now = stamp(source)?;
@@ -1196,9 +1318,13 @@ fn copy_then_remove(source: &str, target: &str) -> std::io::Result<()> {
     };
     let _ = std::fs::remove_file(&partial);
     named?;
-    std::fs::remove_file(source).inspect_err(|_| {
+    let removed = remove_if_still(source, read);
+    if !matches!(removed, Ok(true)) {
+        // Still listed (or replaced while it was copied, so the copy may be the new file's):
+        // no archive of it.
         let _ = std::fs::remove_file(target);
-    })
+    }
+    removed
 }
 
 /// Whether `candidate` is `source` itself under a second name: a hard link (never a
