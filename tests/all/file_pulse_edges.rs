@@ -635,6 +635,32 @@ async fn a_file_rewritten_in_place_while_read_is_read_to_its_end_across_a_restar
     assert_eq!(of("other "), ["other a", "other b"]);
 }
 
+/// A name archived more than 10,000 times (`data.csv` dropped every hour for 14 months)
+/// still gets the next number: the archive named at most `data-9999.csv` before, and
+/// every later `data.csv` stayed in the inbox, its cleanup failing at every listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_archived_ten_thousand_times_is_archived_again() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    std::fs::write(dirs.done.path().join("data.csv"), b"old\n").unwrap();
+    for n in 1..=10_000 {
+        std::fs::write(dirs.done.path().join(format!("data-{n}.csv")), b"old\n").unwrap();
+    }
+    let done = Dirs::path(&dirs.done);
+    host.start(pulse(
+        "pulse",
+        &dirs.config(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", &done)]),
+    ))
+    .await;
+    let data = dirs.inbox.path().join("data.csv");
+    for (round, archived) in ["data-10001.csv", "data-10002.csv"].into_iter().enumerate() {
+        drop_file(dirs.inbox.path(), "data.csv", format!("round {round}\n").as_bytes());
+        wait_until(&format!("round {round} archived"), || (!data.exists()).then_some(())).await;
+        assert_eq!(std::fs::read_to_string(dirs.done.path().join(archived)).unwrap(), format!("round {round}\n"));
+    }
+    assert_eq!(host.values("lines"), ["round 0", "round 1"]);
+}
+
 /// A move to the success folder is a link, then an unlink of the listed name; a crash
 /// between the two leaves the file under both names. The restarted connector finishes
 /// that move instead of archiving the file a second time as `f-1.txt`.

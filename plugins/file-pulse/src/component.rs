@@ -1175,8 +1175,22 @@ fn move_without_overwriting(
     }
     let (dir, name) = target.rsplit_once('/').unwrap_or(("", &target));
     let (stem, extension) = split_name(name);
-    for n in 0..10_000u32 {
+    let first = NEXT_NUMBER.with(|next| next.borrow().get(&target).copied()).unwrap_or(0);
+    let taken = |n: u32| {
+        NEXT_NUMBER.with(|next| {
+            let mut next = next.borrow_mut();
+            if next.len() >= 10_000 {
+                next.clear();
+            }
+            next.insert(target.clone(), n + 1);
+        })
+    };
+    for n in first..u32::MAX {
         let candidate = if n == 0 { target.clone() } else { format!("{dir}/{}", numbered_name(stem, n, extension)) };
+        let archived = |candidate: String| {
+            taken(n);
+            Ok(Some(candidate))
+        };
         match std::fs::hard_link(source, &candidate) {
             Ok(()) => {
                 if !read.is_at(&candidate) {
@@ -1187,13 +1201,13 @@ fn move_without_overwriting(
                 }
                 // Archived. Whatever is at `source` now leaves it only if it is this file.
                 remove_if_still(source, read)?;
-                return Ok(Some(candidate));
+                return archived(candidate);
             }
             // The same file under that name: a move cut short between its link and its
             // unlink (a crash), finished now rather than linked again under a new name.
             Err(_) if same_file_linked(&candidate, source) => {
                 remove_if_still(source, read)?;
-                return Ok(Some(candidate));
+                return archived(candidate);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(_) => {
@@ -1202,7 +1216,7 @@ fn move_without_overwriting(
                 }
                 let Some(claimed) = claim(source, read)? else { return Ok(None) };
                 match std::fs::rename(&claimed, &candidate) {
-                    Ok(()) => return Ok(Some(candidate)),
+                    Ok(()) => return archived(candidate),
                     Err(e) => {
                         give_back(&claimed, source)?;
                         match e.kind() {
@@ -1218,7 +1232,7 @@ fn move_without_overwriting(
                 // Neither a link nor a rename crosses file systems (an archive on another
                 // mount): copied instead.
                 match copy_then_remove(source, &candidate, read) {
-                    Ok(true) => return Ok(Some(candidate)),
+                    Ok(true) => return archived(candidate),
                     Ok(false) => return Ok(None),
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                     Err(e) => return Err(e),
@@ -1226,7 +1240,7 @@ fn move_without_overwriting(
             }
         }
     }
-    Err(std::io::Error::other(format!("10,000 files named like {name} already in {dir}")))
+    Err(std::io::Error::other(format!("every numbered name like {name} is taken in {dir}")))
 }
 
 /// How long one call copies a file to another file system before it returns, to go on
@@ -1235,6 +1249,10 @@ fn move_without_overwriting(
 const COPY_SLICE: Duration = Duration::from_secs(1);
 
 thread_local! {
+    /// The number to try first for an archive name that was taken (by target path), so a
+    /// name archived thousands of times is not tried from `-1` up at each cleanup (one
+    /// filesystem call each). Forgotten at a restart, when the first cleanup counts up once.
+    static NEXT_NUMBER: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
     /// Copies to another file system under way, by source path: the source's size and
     /// modification time when the copy began, and the bytes in the partial copy so far.
     static COPIES: RefCell<HashMap<String, (FileStamp, u64)>> = RefCell::new(HashMap::new());
