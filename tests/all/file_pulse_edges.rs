@@ -108,21 +108,21 @@ async fn the_same_name_deleted_and_written_again_arrives_every_round_with_none()
 }
 
 /// A user who renames each new file over the last under one name, quickly, while the
-/// connector archives finished ones (`move`). A cleanup looked at the name, then linked
-/// and unlinked it by name: a file renamed over it in between was archived unread. Now a
-/// file is taken off its name (renamed to a hidden one) before it is checked and archived,
-/// and another file found there is given its name back. Whatever the timing: every
-/// archived file was read, no line arrives twice, and the last file arrives (files the user
-/// replaced before they were read are the user's own to lose).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn files_renamed_over_one_name_while_it_is_cleaned_up_are_never_archived_unread() {
+/// connector cleans up finished ones. A cleanup looked at the name, then (under `move`)
+/// linked and unlinked it by name: a file renamed over it in between was archived unread,
+/// or deleted. Now a file is taken off its name (renamed to a hidden one) before it is
+/// checked and deleted or archived, and another file found there is given its name back.
+/// Whatever the timing: every archived file was read, every file read arrives whole and
+/// once, and the last file arrives (files the user replaced before they were read are the
+/// user's own to lose).
+async fn renamed_over_while_cleaned_up(policy: &str) {
     let host = TestHost::new(&["file-pulse"]).await;
     let dirs = Dirs::new();
     let done = Dirs::path(&dirs.done);
     host.start(pulse(
         "pulse",
         &dirs.config(&[
-            ("fs.cleanup.policy", "move"),
+            ("fs.cleanup.policy", policy),
             ("fs.cleanup.policy.move.success.path", &done),
             ("fs.listing.interval.ms", "10"),
             ("monitor.interval.ms", "5"),
@@ -141,16 +141,20 @@ async fn files_renamed_over_one_name_while_it_is_cleaned_up_are_never_archived_u
     });
     tokio::task::spawn_blocking(move || writer.join().unwrap()).await.unwrap();
     let hot = dirs.inbox.path().join("hot.txt");
-    wait_until("the last file archived", || (!hot.exists()).then_some(())).await;
+    wait_until("the last file cleaned up", || (!hot.exists()).then_some(())).await;
     let last = format!("file {} b", files - 1);
     wait_until("the last file's lines", || host.values("lines").contains(&last).then_some(())).await;
 
     let values = host.values("lines");
     let mut once = std::collections::HashSet::new();
     let twice: Vec<&String> = values.iter().filter(|v| !once.insert(*v)).collect();
-    assert!(twice.is_empty(), "sent twice: {twice:?}");
+    assert!(twice.is_empty(), "{policy}: sent twice: {twice:?}");
     let file_of = |line: &str| line.split(' ').nth(1).unwrap().parse::<u32>().unwrap();
     let read: std::collections::HashSet<u32> = values.iter().map(|v| file_of(v)).collect();
+    for n in &read {
+        let lines = values.iter().filter(|v| file_of(v) == *n).count();
+        assert_eq!(lines, 2, "{policy}: file {n}: {lines} of its 2 lines arrived");
+    }
     let archived = files_in(dirs.done.path());
     let unread: Vec<String> = archived
         .iter()
@@ -158,11 +162,21 @@ async fn files_renamed_over_one_name_while_it_is_cleaned_up_are_never_archived_u
         .filter(|content| !read.contains(&file_of(content)))
         .collect();
     assert!(unread.is_empty(), "{} of {} archived files were never read: {unread:?}", unread.len(), archived.len());
-    for n in &read {
-        let lines = values.iter().filter(|v| file_of(v) == *n).count();
-        assert_eq!(lines, 2, "file {n}: {lines} of its 2 lines arrived");
+    if policy == "delete" {
+        assert!(archived.is_empty(), "{archived:?}");
     }
-    println!("{} of {files} files read, {} archived", read.len(), archived.len());
+    assert_eq!(files_in(dirs.inbox.path()), Vec::<String>::new(), "{policy}: left in the inbox");
+    println!("{policy}: {} of {files} files read, {} archived", read.len(), archived.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_renamed_over_one_name_while_it_is_archived_are_never_archived_unread() {
+    renamed_over_while_cleaned_up("move").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_renamed_over_one_name_while_it_is_deleted_arrive_whole_and_once() {
+    renamed_over_while_cleaned_up("delete").await;
 }
 
 /// A cleanup holds a file under a hidden name (`.hot.txt.sluice-cleanup`) while it checks
