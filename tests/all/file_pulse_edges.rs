@@ -908,6 +908,44 @@ async fn a_file_modified_too_recently_waits_for_the_minimum_age() {
     assert_eq!(values, ["later", "old", "young"]);
 }
 
+/// A file copied into the folder in place (`cp`, not written elsewhere and renamed in),
+/// with the default settings: its task reaches its end while the copy goes on. It used to
+/// be finished there, its last line cut in two records, and then sent again whole as the
+/// "changed" file's next version (in `read.mode=bytes`, sent part way, then whole). Now a
+/// file at its end that was modified moments ago (`eof.quiet.ms`) is read on as it grows
+/// and finished once quiet: every line once, whole.
+async fn copied_in_place_slowly(read_mode: &str) {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    host.start(pulse("pulse", &dirs.config(&[("fs.listing.interval.ms", "20"), ("read.mode", read_mode)]))).await;
+    let path = dirs.inbox.path().join("copied.csv");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let lines: Vec<String> = (0..40).map(|i| format!("line {i} of the copy")).collect();
+    for line in &lines {
+        // A copy's writes end anywhere, mid-line too.
+        let (first, rest) = line.split_at(6);
+        file.write_all(first.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(15));
+        file.write_all(format!("{rest}\n").as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(15));
+    }
+    drop(file);
+    wait_until("the copy finished", || (offsets_by_path(&host).get("copied.csv")?["done"] == true).then_some(())).await;
+    let expected = if read_mode == "bytes" { vec![format!("{}\n", lines.join("\n"))] } else { lines };
+    assert_eq!(host.values("lines"), expected, "{read_mode}: cut, lost or sent twice");
+    assert_eq!(offsets_by_path(&host)["copied.csv"].get("version"), None, "read again as a new version");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_copied_in_place_slowly_arrives_once_and_whole() {
+    copied_in_place_slowly("lines").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_copied_in_place_slowly_is_read_whole_once_in_bytes_mode() {
+    copied_in_place_slowly("bytes").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_and_a_link_to_it_in_tail_mode_keep_one_name_and_whole_lines() {
     let host = TestHost::new(&["file-pulse"]).await;

@@ -1182,10 +1182,13 @@ fn move_without_overwriting(
             if next.len() >= 10_000 {
                 next.clear();
             }
-            next.insert(target.clone(), n + 1);
+            let next = next.entry(target.clone()).or_insert(0);
+            *next = (*next).max(n + 1);
         })
     };
-    for n in first..u32::MAX {
+    // The name itself first (free again when someone took the file out of the folder),
+    // then on from the last number given.
+    for n in std::iter::once(0).chain(first.max(1)..u32::MAX) {
         let candidate = if n == 0 { target.clone() } else { format!("{dir}/{}", numbered_name(stem, n, extension)) };
         let archived = |candidate: String| {
             taken(n);
@@ -1249,9 +1252,10 @@ fn move_without_overwriting(
 const COPY_SLICE: Duration = Duration::from_secs(1);
 
 thread_local! {
-    /// The number to try first for an archive name that was taken (by target path), so a
-    /// name archived thousands of times is not tried from `-1` up at each cleanup (one
-    /// filesystem call each). Forgotten at a restart, when the first cleanup counts up once.
+    /// The number to try after the name itself for an archive name that was taken (by
+    /// target path), so a name archived thousands of times is not tried from `-1` up at
+    /// each cleanup (one filesystem call each). Forgotten at a restart, when the first
+    /// cleanup counts up once.
     static NEXT_NUMBER: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
     /// Copies to another file system under way, by source path: the source's size and
     /// modification time when the copy began, and the bytes in the partial copy so far.
@@ -1563,9 +1567,34 @@ struct TaskFile {
     last_growth_ms: u64,
     /// Tail mode: when the file was first seen renamed away.
     rotated_since: Option<u64>,
+    /// `read.mode=bytes`: the size and modification time it had when last looked at.
+    last_look: Option<(u64, u64)>,
     /// Its committed offset is of an earlier version or attempt: commit the current one
     /// at the first chance, so the connector sees it is being read.
     announce: bool,
+}
+
+impl TaskFile {
+    /// Eof mode, at the end of what there is: whether the (open) file may still be being
+    /// written ([`Self::modified_moments_ago`]), as far as a look at it now tells.
+    fn may_still_grow(&mut self, settings: &Settings) -> bool {
+        let Some(Ok(stat)) = self.open.as_ref().map(|open| open.file.stat()) else { return false };
+        let now = now_ms();
+        if stat.size != self.offset.size || mtime_ns(&stat) != self.offset.mtime {
+            self.last_growth_ms = self.last_growth_ms.max(poll_clock_ms());
+        }
+        self.modified_moments_ago(mtime_ns(&stat), now, settings.eof_quiet_ms)
+    }
+
+    /// Whether the file, modified at `mtime_ns`, may still be being written (`eof.quiet.ms`
+    /// is `quiet_ms`): modified less than that long before `now_ms`, and seen to grow by
+    /// this task within it too (so a modification time ahead of this clock holds a file
+    /// only while it grows).
+    fn modified_moments_ago(&self, mtime_ns: u64, now_ms: u64, quiet_ms: u64) -> bool {
+        quiet_ms > 0
+            && now_ms.saturating_sub(mtime_ns / 1_000_000) < quiet_ms
+            && now_ms.saturating_sub(self.last_growth_ms) < quiet_ms
+    }
 }
 
 struct TaskState {
@@ -1797,7 +1826,9 @@ impl TaskState {
             Some(())
         };
         let mut last_of_this_poll = None;
-        let hold_partial = settings.completion == Completion::Tail;
+        // A last line without its newline waits for the file's end: in tail mode always,
+        // in eof mode while the file may still be being written (`eof.quiet.ms`).
+        let mut hold_partial = settings.completion == Completion::Tail || settings.eof_quiet_ms > 0;
         while batch.len() < settings.poll_max_records && *bytes < settings.poll_max_bytes {
             if stall_after.is_some_and(|n| file.offset.line >= n) {
                 return;
@@ -1841,6 +1872,12 @@ impl TaskState {
                     if rewritten_meanwhile(file, batch).is_some() {
                         return;
                     }
+                    if hold_partial && settings.completion == Completion::Eof && !file.may_still_grow(&settings) {
+                        // Quiet: a last line without its newline is the last line, read now
+                        // as every other one (too long, unreadable), then the file ends.
+                        hold_partial = false;
+                        continue;
+                    }
                     return Self::at_end(file, &settings, batch, last_of_this_poll);
                 }
                 Err(e) if is_too_long(&e) && settings.skip_long_lines => {
@@ -1874,6 +1911,22 @@ impl TaskState {
         }
     }
 
+    /// Tail mode: sends the file's last line, held back while it had no newline, now that
+    /// the file ends there (past the rest of a too-long line being skipped).
+    fn send_held_line(file: &mut TaskFile, settings: &Settings, batch: &mut Batch, last: &mut Option<usize>) {
+        let open = file.open.as_mut().expect("open");
+        if open.reader.is_skipping() && open.reader.skip_rest(false).is_ok_and(|past| past) {
+            file.skipped_long_line();
+        }
+        let open = file.open.as_mut().expect("open");
+        if let Ok(Some((line, position))) = open.reader.next_line(false) {
+            file.offset.position = position;
+            file.offset.line += 1;
+            put(batch, &file.partition, &file.offset, &file.key.path, &settings.topic, Some(line));
+            *last = Some(batch.len() - 1);
+        }
+    }
+
     /// Everything there is now was read: decide whether the file is done.
     fn at_end(file: &mut TaskFile, settings: &Settings, batch: &mut Batch, last: Option<usize>) {
         let open = file.open.as_ref().expect("open");
@@ -1891,7 +1944,15 @@ impl TaskState {
         file.offset.mtime = mtime_ns(&stat);
         let now = now_ms();
         match settings.completion {
-            Completion::Eof if seen_all => file.finish(batch, last, End::Eof, None),
+            Completion::Eof if seen_all => {
+                if grew {
+                    file.last_growth_ms = now;
+                }
+                // Perhaps still being copied in: read on at the next poll, as more arrives.
+                if !file.modified_moments_ago(mtime_ns(&stat), now, settings.eof_quiet_ms) {
+                    file.finish(batch, last, End::Eof, None)
+                }
+            }
             Completion::Eof => {}
             Completion::Tail => {
                 let end = if stat.link_count == 0 {
@@ -1916,17 +1977,7 @@ impl TaskState {
                         if matches!(end, End::Removed | End::Rotated)
                             || (end == End::Idle && settings.cleanup != Cleanup::None)
                         {
-                            let open = file.open.as_mut().expect("open");
-                            if open.reader.is_skipping() && open.reader.skip_rest(false).is_ok_and(|past| past) {
-                                file.skipped_long_line();
-                            }
-                            let open = file.open.as_mut().expect("open");
-                            if let Ok(Some((line, position))) = open.reader.next_line(false) {
-                                file.offset.position = position;
-                                file.offset.line += 1;
-                                put(batch, &file.partition, &file.offset, &file.key.path, &settings.topic, Some(line));
-                                last = Some(batch.len() - 1);
-                            }
+                            Self::send_held_line(file, settings, batch, &mut last);
                         }
                         file.offset.head = head_of(&file.open.as_ref().expect("open").file, file.offset.position);
                         file.finish(batch, last, end, None);
@@ -1962,6 +2013,18 @@ impl TaskState {
             }
         };
         let stat = descriptor.stat().ok();
+        if let Some(stat) = &stat {
+            // Read whole only once a copy into the folder is over (`eof.quiet.ms`).
+            let now = poll_clock_ms();
+            let look = (stat.size, mtime_ns(stat));
+            if file.last_look != Some(look) {
+                file.last_look = Some(look);
+                file.last_growth_ms = now;
+            }
+            if file.modified_moments_ago(look.1, now, settings.eof_quiet_ms) {
+                return;
+            }
+        }
         let record_cap = file.max_line(&settings) as u64;
         let (max, why) = if settings.bytes_max <= record_cap {
             (settings.bytes_max, "read.bytes.max.size")
@@ -2045,6 +2108,7 @@ impl Task for TaskState {
                     open: None,
                     last_growth_ms: now,
                     rotated_since: (renamed && settings.completion == Completion::Tail).then_some(now),
+                    last_look: None,
                     announce,
                 }
             })

@@ -48,6 +48,12 @@ pub const KEYS: &[(&str, Option<&str>, &str, &str)] = &[
         "eof (done at end of file) or tail (follow appends until removed, rotated or idle).",
     ),
     (
+        "eof.quiet.ms",
+        Some("1000"),
+        "low",
+        "With eof: a file at its end that was modified less than this long ago (copied into the folder in place, the copy still under way) is read on as it grows, its last line held until it ends, and finished once it has been quiet this long, rather than finished part way and sent again whole; 0 finishes at once.",
+    ),
+    (
         "tail.idle.ms",
         Some("300000"),
         "low",
@@ -108,6 +114,7 @@ pub struct Settings {
     pub read_mode: ReadMode,
     pub bytes_max: u64,
     pub completion: Completion,
+    pub eof_quiet_ms: u64,
     pub tail_idle_ms: u64,
     pub rotation_grace_ms: u64,
     pub stall_timeout_ms: u64,
@@ -263,6 +270,7 @@ impl Settings {
             read_mode,
             bytes_max: number("read.bytes.max.size"),
             completion,
+            eof_quiet_ms: number("eof.quiet.ms"),
             tail_idle_ms: number("tail.idle.ms"),
             rotation_grace_ms: number("tail.rotation.grace.ms"),
             stall_timeout_ms: number("task.stall.timeout.ms"),
