@@ -429,7 +429,8 @@ impl ConnectorState {
             let name = entry.name;
             // Hidden files are usually being written (editors, uploaders).
             if name.starts_with('.') {
-                if let Some(original) = claimed_from(&name) {
+                let file_or_link = matches!(entry.type_, DescriptorType::RegularFile | DescriptorType::SymbolicLink);
+                if let Some(original) = claimed_from(&name).filter(|_| file_or_link) {
                     // Held by a cleanup that a crash cut short: given its name back (or a
                     // numbered one), and the next pass decides what it is.
                     let at = |name: &str| {
@@ -444,7 +445,13 @@ impl ConnectorState {
                             log::info(&format!("{} given back its name after a cleanup cut short", printable(&named)))
                         }
                         Err(e) => {
-                            log::warn(&format!("cannot give {} back its name: {}", printable(&at(&name)), io_text(&e)))
+                            if self.failed_cleanups.first(&at(&name), walk.pass) {
+                                log::warn(&format!(
+                                    "cannot give {} back its name: {}",
+                                    printable(&at(&name)),
+                                    io_text(&e)
+                                ))
+                            }
                         }
                     }
                 }
@@ -700,8 +707,11 @@ impl ConnectorState {
     fn clean_up(&mut self, id: &str, relative: &str, offset: &FileOffset) -> bool {
         let settings = self.settings();
         let source = self.absolute(relative);
+        // The listed entry itself (a symbolic link is one of its own), the file it is, and
+        // the entry again: the two looks were of the same entry.
+        let Ok((entry, _)) = look_entry(&source) else { return true };
         let Ok((found, seen)) = look(&source) else { return true };
-        if found != id {
+        if found != id || look_entry(&source).map(|(again, _)| again).as_ref() != Ok(&entry) {
             return true; // gone, or another file under that name: the walk finds it wherever it is
         }
         // Written to since it was read to its end (a writer that paused longer than the
@@ -715,7 +725,7 @@ impl ConnectorState {
         let failed = offset.end == End::Failed;
         // What it must still be when it is removed from its name: a file renamed over it
         // since the look above is a new one, which is read, not deleted or archived.
-        let read = WasRead { id, seen: recorded.then_some(seen) };
+        let read = WasRead { id, entry, seen: recorded.then_some(seen) };
         let result = match (settings.cleanup, failed) {
             (Cleanup::None, _) => return true,
             // A file that could not be read is kept for a person to look at.
@@ -1078,18 +1088,34 @@ fn is_current(known: &HashMap<String, Known>, entry: &Assigned) -> bool {
         .is_some_and(|k| k.state == KnownState::Assigned && k.version == entry.version && k.attempt == entry.attempt)
 }
 
-/// The file a cleanup is for, as it was read: its identity and, where its offset recorded
-/// them, its size and modification time.
+/// The file a cleanup is for, as it was read: its identity, the identity of the entry it
+/// was listed as (itself, or a symbolic link to it) and, where its offset recorded them,
+/// its size and modification time.
 struct WasRead<'a> {
     id: &'a str,
+    entry: String,
     seen: Option<Seen>,
 }
 
 impl WasRead<'_> {
-    /// Whether the file at `path` is this one, unchanged.
+    /// Whether the entry at `path` is the one listed, unchanged: the file itself, or the
+    /// same symbolic link (whose file was checked through it when it was looked at; moved
+    /// into another folder, a relative link may no longer lead there).
     fn is_at(&self, path: &str) -> bool {
-        look(path).is_ok_and(|(found, now)| found == self.id && self.seen.is_none_or(|seen| seen == now))
+        look_entry(path).is_ok_and(|(entry, now)| {
+            entry == self.entry && (entry != self.id || self.seen.is_none_or(|seen| seen == now))
+        })
     }
+}
+
+/// The identity, size and modification time of the entry at `path` itself, a symbolic
+/// link not followed.
+fn look_entry(path: &str) -> Result<(String, Seen), ErrorCode> {
+    in_preopen(path, |dir, relative| {
+        let id = hash_hex(dir.metadata_hash_at(PathFlags::empty(), relative)?);
+        let stat = dir.stat_at(PathFlags::empty(), relative)?;
+        Ok((id, Seen { size: stat.size, mtime: mtime_ns(&stat) }))
+    })
 }
 
 /// Takes the file at `path` off its name: renamed (atomically) to its hidden
@@ -1132,7 +1158,8 @@ fn give_back(claimed: &str, path: &str) -> std::io::Result<String> {
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(_) if std::fs::symlink_metadata(&candidate).is_ok() => continue,
-            // No links here (or a symbolic link, which is not linked): renamed.
+            // No links on this file system (or not allowed, as for another user's file
+            // under `protected_hardlinks`): renamed.
             Err(_) => {
                 std::fs::rename(claimed, &candidate)?;
                 return Ok(candidate);
@@ -1216,6 +1243,16 @@ fn move_without_overwriting(
             Err(_) => {
                 if std::fs::metadata(&candidate).is_ok() {
                     continue;
+                }
+                let copying = COPIES.with(|copies| copies.borrow().contains_key(source));
+                if copying {
+                    // Going on with a copy to another file system, which no rename crosses.
+                    match copy_then_remove(source, &candidate, read) {
+                        Ok(true) => return archived(candidate),
+                        Ok(false) => return Ok(None),
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                        Err(e) => return Err(e),
+                    }
                 }
                 let Some(claimed) = claim(source, read)? else { return Ok(None) };
                 match std::fs::rename(&claimed, &candidate) {
@@ -1829,6 +1866,10 @@ impl TaskState {
         // A last line without its newline waits for the file's end: in tail mode always,
         // in eof mode while the file may still be being written (`eof.quiet.ms`).
         let mut hold_partial = settings.completion == Completion::Tail || settings.eof_quiet_ms > 0;
+        // Eof mode: the file has been quiet long enough for what is held to be its end.
+        let quiet_now = |file: &mut TaskFile, settings: &Settings| {
+            settings.completion == Completion::Eof && !file.may_still_grow(settings)
+        };
         while batch.len() < settings.poll_max_records && *bytes < settings.poll_max_bytes {
             if stall_after.is_some_and(|n| file.offset.line >= n) {
                 return;
@@ -1840,7 +1881,11 @@ impl TaskState {
                 match open.reader.skip_rest(hold_partial) {
                     Ok(true) => file.skipped_long_line(),
                     Ok(false) if rewritten_meanwhile(file, batch).is_some() => return,
-                    Ok(false) => return Self::at_end(file, &settings, batch, last_of_this_poll),
+                    Ok(false) if hold_partial && quiet_now(file, &settings) => {
+                        hold_partial = false; // the too-long last line ends with the file
+                        continue;
+                    }
+                    Ok(false) => return Self::at_end(file, &settings, batch, last_of_this_poll, hold_partial),
                     Err(e) => {
                         let reason = format!("cannot be read: {e}");
                         return file.finish(batch, last_of_this_poll, End::Failed, Some(reason));
@@ -1872,13 +1917,13 @@ impl TaskState {
                     if rewritten_meanwhile(file, batch).is_some() {
                         return;
                     }
-                    if hold_partial && settings.completion == Completion::Eof && !file.may_still_grow(&settings) {
+                    if hold_partial && quiet_now(file, &settings) {
                         // Quiet: a last line without its newline is the last line, read now
                         // as every other one (too long, unreadable), then the file ends.
                         hold_partial = false;
                         continue;
                     }
-                    return Self::at_end(file, &settings, batch, last_of_this_poll);
+                    return Self::at_end(file, &settings, batch, last_of_this_poll, hold_partial);
                 }
                 Err(e) if is_too_long(&e) && settings.skip_long_lines => {
                     log::warn(&format!(
@@ -1928,7 +1973,10 @@ impl TaskState {
     }
 
     /// Everything there is now was read: decide whether the file is done.
-    fn at_end(file: &mut TaskFile, settings: &Settings, batch: &mut Batch, last: Option<usize>) {
+    /// `holding`: a last line without its newline (or the rest of a too-long one) may be
+    /// held back; in eof mode the file is not finished while it is (the read loop lets it
+    /// go once the file is quiet, and comes back here).
+    fn at_end(file: &mut TaskFile, settings: &Settings, batch: &mut Batch, last: Option<usize>, holding: bool) {
         let open = file.open.as_ref().expect("open");
         let Ok(stat) = open.file.stat() else {
             return file.finish(batch, last, End::Failed, Some("cannot be read: its status is unavailable".into()));
@@ -1948,9 +1996,19 @@ impl TaskState {
                 if grew {
                     file.last_growth_ms = now;
                 }
+                let held = holding && (open.reader.pending_len() > 0 || open.reader.is_skipping());
+                if !held && !file.modified_moments_ago(mtime_ns(&stat), now, settings.eof_quiet_ms) {
+                    return file.finish(batch, last, End::Eof, None);
+                }
                 // Perhaps still being copied in: read on at the next poll, as more arrives.
-                if !file.modified_moments_ago(mtime_ns(&stat), now, settings.eof_quiet_ms) {
-                    file.finish(batch, last, End::Eof, None)
+                // Its growth is committed (an offset-only record when no line is whole), so
+                // a long copy is not taken for a stalled task.
+                if grew || file.announce {
+                    file.announce = false;
+                    match last {
+                        Some(index) => batch.set_offset(index, &file.offset.to_json()),
+                        None => file.put(batch, "", None),
+                    }
                 }
             }
             Completion::Eof => {}
@@ -2017,11 +2075,17 @@ impl TaskState {
             // Read whole only once a copy into the folder is over (`eof.quiet.ms`).
             let now = poll_clock_ms();
             let look = (stat.size, mtime_ns(stat));
-            if file.last_look != Some(look) {
+            let grew = file.last_look != Some(look);
+            if grew {
                 file.last_look = Some(look);
                 file.last_growth_ms = now;
             }
             if file.modified_moments_ago(look.1, now, settings.eof_quiet_ms) {
+                if grew {
+                    // Its growth, committed, so a long copy is not taken for a stalled task.
+                    (file.offset.size, file.offset.mtime) = look;
+                    file.put(batch, "", None);
+                }
                 return;
             }
         }
