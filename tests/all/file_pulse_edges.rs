@@ -968,6 +968,23 @@ async fn copied_in_place_slowly(read_mode: &str) {
     assert_eq!(offsets_by_path(&host)["copied.csv"].get("version"), None, "read again as a new version");
 }
 
+/// A file whose modification time is ahead of this machine's clock (written over a
+/// network share whose server's clock runs ahead) would look "modified moments ago" for
+/// an hour: it finishes once its task has seen it quiet for `eof.quiet.ms`, its last line
+/// (without a newline) sent then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_modified_in_the_future_still_finishes() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let path = dirs.inbox.path().join("ahead.log");
+    std::fs::write(&path, "one\ntwo").unwrap();
+    let hour_ahead = std::time::SystemTime::now() + Duration::from_secs(3600);
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(hour_ahead).unwrap();
+    host.start(pulse("pulse", &dirs.config(&[]))).await;
+    wait_until("finished", || (offsets_by_path(&host).get("ahead.log")?["done"] == true).then_some(())).await;
+    assert_eq!(host.values("lines"), ["one", "two"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_copied_in_place_slowly_arrives_once_and_whole() {
     copied_in_place_slowly("lines").await;
