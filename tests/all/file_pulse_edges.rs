@@ -968,6 +968,51 @@ async fn copied_in_place_slowly(read_mode: &str) {
     assert_eq!(offsets_by_path(&host)["copied.csv"].get("version"), None, "read again as a new version");
 }
 
+/// A `.gz` compressed in place in the listed folder (as `gzip` or logrotate's `compress`
+/// writes it): its stream stops short where the writer is. It used to fail there ("cannot
+/// be read: incomplete deflate stream"), to be retried only once it had been left alone
+/// for 5 s (or, had the failure looked final, moved to the failure folder while still
+/// being written). Now a stream that stops short in a file modified moments ago is read
+/// on later: no failure, and the whole file arrives once and is archived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gz_compressed_in_place_is_read_whole_once() {
+    use flate2::write::GzEncoder;
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let (done, failed) = (Dirs::path(&dirs.done), Dirs::path(&dirs.failed));
+    let config = dirs.config(&[
+        ("fs.listing.interval.ms", "20"),
+        ("fs.cleanup.policy", "move"),
+        ("fs.cleanup.policy.move.success.path", &done),
+        ("fs.cleanup.policy.move.failure.path", &failed),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    let lines: Vec<String> = (0..3000).map(|i| format!("compressed line {i}")).collect();
+    let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(format!("{}\n", lines.join("\n")).as_bytes()).unwrap();
+    let compressed = gz.finish().unwrap();
+    // Written as a compressor writes it: the header cut short first, then slices that end
+    // anywhere in the deflate stream (mid-line, mid-block), a pause after each.
+    let mut file = std::fs::File::create(dirs.inbox.path().join("app.log.1.gz")).unwrap();
+    let mut written = 0;
+    for size in std::iter::once(7).chain(std::iter::repeat(777)) {
+        let end = (written + size).min(compressed.len());
+        file.write_all(&compressed[written..end]).unwrap();
+        written = end;
+        if written == compressed.len() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    drop(file);
+    let archived = dirs.done.path().join("app.log.1.gz");
+    wait_until("the .gz archived", || archived.exists().then_some(())).await;
+    let offset = &offsets_by_path(&host)["app.log.1.gz"];
+    assert_eq!(offset.get("attempt"), None, "failed while being written, and retried: {offset}");
+    assert_eq!(files_in(dirs.failed.path()), Vec::<String>::new(), "failed while being written");
+    assert_eq!(host.values("lines"), lines, "lines lost or sent twice");
+}
+
 /// A file whose modification time is ahead of this machine's clock (written over a
 /// network share whose server's clock runs ahead) would look "modified moments ago" for
 /// an hour: it finishes once its task has seen it quiet for `eof.quiet.ms`, its last line

@@ -190,12 +190,19 @@ struct PositionalFile {
     /// The file's first bytes as they were read (up to [`HEAD_BYTES`]), to notice a file
     /// rewritten in place under the reader.
     head: Rc<RefCell<Vec<u8>>>,
+    /// Where reading stops (`u64::MAX`: the file's end, wherever it is then). A `.gz` is
+    /// read up to its size when it was opened: a deflate decoder that met the end of its
+    /// input takes bytes added after it for a corrupt stream.
+    end: u64,
 }
 
 impl std::io::Read for PositionalFile {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let (data, _) =
-            self.file.read(buf.len() as u64, self.offset).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        let room = self.end.saturating_sub(self.offset).min(buf.len() as u64);
+        if room == 0 {
+            return Ok(0);
+        }
+        let (data, _) = self.file.read(room, self.offset).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
         buf[..data.len()].copy_from_slice(&data);
         let mut head = self.head.borrow_mut();
         if self.offset as usize == head.len() && head.len() < HEAD_BYTES {
@@ -1604,7 +1611,8 @@ struct TaskFile {
     last_growth_ms: u64,
     /// Tail mode: when the file was first seen renamed away.
     rotated_since: Option<u64>,
-    /// `read.mode=bytes`: the size and modification time it had when last looked at.
+    /// Eof mode: the size and modification time it had when last looked at for whether it
+    /// may still be being written.
     last_look: Option<(u64, u64)>,
     /// Its committed offset is of an earlier version or attempt: commit the current one
     /// at the first chance, so the connector sees it is being read.
@@ -1617,10 +1625,37 @@ impl TaskFile {
     fn may_still_grow(&mut self, settings: &Settings) -> bool {
         let Some(Ok(stat)) = self.open.as_ref().map(|open| open.file.stat()) else { return false };
         let now = now_ms();
-        if stat.size != self.offset.size || mtime_ns(&stat) != self.offset.mtime {
+        let look = (stat.size, mtime_ns(&stat));
+        if self.last_look != Some(look) {
+            self.last_look = Some(look);
             self.last_growth_ms = self.last_growth_ms.max(poll_clock_ms());
         }
-        self.modified_moments_ago(mtime_ns(&stat), now, settings.eof_quiet_ms)
+        self.modified_moments_ago(look.1, now, settings.eof_quiet_ms)
+    }
+
+    /// A `.gz` whose stream stops where its writer is: its reader is dropped, to be opened
+    /// again at a later poll (decompressed up to its last whole line) and read on; how far
+    /// the file has grown is committed.
+    fn reopen_later(&mut self, batch: &mut Batch, last: Option<usize>) {
+        self.open = None;
+        let looked = self.last_look.filter(|&look| look != (self.offset.size, self.offset.mtime));
+        if let Some((size, mtime)) = looked {
+            (self.offset.size, self.offset.mtime) = (size, mtime);
+        }
+        if looked.is_some() || self.announce {
+            self.note_progress(batch, last);
+        }
+    }
+
+    /// Commits where the file is while it is not finished: on the poll's last record of
+    /// it, or an offset-only record when it has none, so the connector sees progress (and
+    /// a new version or attempt being read).
+    fn note_progress(&mut self, batch: &mut Batch, last: Option<usize>) {
+        self.announce = false;
+        match last {
+            Some(index) => batch.set_offset(index, &self.offset.to_json()),
+            None => self.put(batch, "", None),
+        }
     }
 
     /// Whether the file, modified at `mtime_ns`, may still be being written (`eof.quiet.ms`
@@ -1822,10 +1857,25 @@ impl TaskState {
             }
         }
         let head = Rc::new(RefCell::new(known_head));
-        let source = |offset| Box::new(PositionalFile { file: Rc::clone(&descriptor), offset, head: Rc::clone(&head) });
+        let end = if compressed { descriptor.stat().map_or(u64::MAX, |stat| stat.size) } else { u64::MAX };
+        let source =
+            |offset| Box::new(PositionalFile { file: Rc::clone(&descriptor), offset, head: Rc::clone(&head), end });
         let reader = if compressed {
-            LineReader::gzip(source(0), file.offset.position, max_line)
-                .map_err(|e| (End::Failed, format!("cannot be read: {e}")))?
+            match LineReader::gzip(source(0), file.offset.position, max_line) {
+                Ok(reader) => reader,
+                // Its stream ends where its writer is (`gzip` still compressing it in
+                // place): opened again at a later poll.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof
+                        && settings.completion == Completion::Eof
+                        && descriptor.stat().is_ok_and(|stat| {
+                            file.modified_moments_ago(mtime_ns(&stat), now_ms(), settings.eof_quiet_ms)
+                        }) =>
+                {
+                    return Ok(());
+                }
+                Err(e) => return Err((End::Failed, format!("cannot be read: {e}"))),
+            }
         } else {
             LineReader::new(source(file.offset.position), file.offset.position, max_line)
         };
@@ -1870,6 +1920,14 @@ impl TaskState {
         let quiet_now = |file: &mut TaskFile, settings: &Settings| {
             settings.completion == Completion::Eof && !file.may_still_grow(settings)
         };
+        // Eof mode: a .gz whose stream stops short was modified moments ago: it is being
+        // compressed in place, not cut.
+        let still_compressing = |file: &mut TaskFile, settings: &Settings, e: std::io::ErrorKind| {
+            e == std::io::ErrorKind::UnexpectedEof
+                && file.key.path.ends_with(".gz")
+                && settings.completion == Completion::Eof
+                && file.may_still_grow(settings)
+        };
         while batch.len() < settings.poll_max_records && *bytes < settings.poll_max_bytes {
             if stall_after.is_some_and(|n| file.offset.line >= n) {
                 return;
@@ -1886,6 +1944,9 @@ impl TaskState {
                         continue;
                     }
                     Ok(false) => return Self::at_end(file, &settings, batch, last_of_this_poll, hold_partial),
+                    Err(e) if still_compressing(file, &settings, e.kind()) => {
+                        return file.reopen_later(batch, last_of_this_poll);
+                    }
                     Err(e) => {
                         let reason = format!("cannot be read: {e}");
                         return file.finish(batch, last_of_this_poll, End::Failed, Some(reason));
@@ -1940,7 +2001,10 @@ impl TaskState {
                     return file.finish(batch, last_of_this_poll, End::Failed, Some(reason));
                 }
                 Err(e) => {
-                    let reason = format!("cannot be read: {e}");
+                    let (kind, reason) = (e.kind(), format!("cannot be read: {e}"));
+                    if still_compressing(file, &settings, kind) {
+                        return file.reopen_later(batch, last_of_this_poll);
+                    }
                     return file.finish(batch, last_of_this_poll, End::Failed, Some(reason));
                 }
             }
@@ -2004,11 +2068,12 @@ impl TaskState {
                 // Its growth is committed (an offset-only record when no line is whole), so
                 // a long copy is not taken for a stalled task.
                 if grew || file.announce {
-                    file.announce = false;
-                    match last {
-                        Some(index) => batch.set_offset(index, &file.offset.to_json()),
-                        None => file.put(batch, "", None),
-                    }
+                    file.note_progress(batch, last);
+                }
+                if compressed && grew {
+                    // Its reader stops where the file ended when it was opened: opened
+                    // again for what was added (a member appended, a compression going on).
+                    file.open = None;
                 }
             }
             Completion::Eof => {}
@@ -2042,13 +2107,9 @@ impl TaskState {
                     }
                     _ => {
                         if grew || file.announce {
-                            file.announce = false;
                             file.last_growth_ms = now;
                             // Progress the connector can see, also when no line is complete.
-                            match last {
-                                Some(index) => batch.set_offset(index, &file.offset.to_json()),
-                                None => file.put(batch, "", None),
-                            }
+                            file.note_progress(batch, last);
                         }
                     }
                 }
@@ -2095,7 +2156,8 @@ impl TaskState {
         } else {
             (record_cap, "what one record may hold (sandbox.record.max.bytes)")
         };
-        let source = Box::new(PositionalFile { file: Rc::clone(&descriptor), offset: 0, head: Rc::default() });
+        let source =
+            Box::new(PositionalFile { file: Rc::clone(&descriptor), offset: 0, head: Rc::default(), end: u64::MAX });
         match read_whole(source, file.key.path.ends_with(".gz"), max, why) {
             Ok(content) => {
                 file.offset.position = content.len() as u64;
