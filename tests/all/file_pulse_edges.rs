@@ -1013,6 +1013,23 @@ async fn a_gz_compressed_in_place_is_read_whole_once() {
     assert_eq!(host.values("lines"), lines, "lines lost or sent twice");
 }
 
+/// A `.gz` of two members, the second appended moments after the first was whole (`gzip
+/// -c part2 >> file.gz`): the reader that reached the first member's end is opened again
+/// for the second, and both arrive once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gz_member_appended_moments_later_is_read_too() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    host.start(pulse("pulse", &dirs.config(&[("fs.listing.interval.ms", "20")]))).await;
+    let path = dirs.inbox.path().join("two.log.gz");
+    std::fs::write(&path, gzip("first a\nfirst b\n")).unwrap();
+    wait_until("the first member read", || (host.values("lines").len() == 2).then_some(())).await;
+    std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&gzip("second a\n")).unwrap();
+    wait_until("finished", || (offsets_by_path(&host).get("two.log.gz")?["done"] == true).then_some(())).await;
+    assert_eq!(host.values("lines"), ["first a", "first b", "second a"]);
+    assert_eq!(offsets_by_path(&host)["two.log.gz"].get("version"), None, "read again as a new version");
+}
+
 /// A file whose modification time is ahead of this machine's clock (written over a
 /// network share whose server's clock runs ahead) would look "modified moments ago" for
 /// an hour: it finishes once its task has seen it quiet for `eof.quiet.ms`, its last line
