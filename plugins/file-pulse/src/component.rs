@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use wasi::filesystem::types::{
-    Descriptor, DescriptorFlags, DescriptorType, DirectoryEntryStream, ErrorCode, OpenFlags, PathFlags,
+    Descriptor, DescriptorFlags, DescriptorStat, DescriptorType, DirectoryEntryStream, ErrorCode, OpenFlags, PathFlags,
 };
 
 use crate::assign::{Assigned, Assignment};
@@ -98,7 +98,7 @@ fn hash_hex(hash: wasi::filesystem::types::MetadataHashValue) -> String {
     format!("{:016x}", hash.lower)
 }
 
-fn mtime_ns(stat: &wasi::filesystem::types::DescriptorStat) -> u64 {
+fn mtime_ns(stat: &DescriptorStat) -> u64 {
     stat.data_modification_timestamp.map_or(0, |t| t.seconds * 1_000_000_000 + u64::from(t.nanoseconds))
 }
 
@@ -447,19 +447,15 @@ impl ConnectorState {
                             format!("{}/{dir}/{name}", settings.directory)
                         }
                     };
-                    match give_back(&at(&name), &at(original)) {
+                    let held = at(&name);
+                    match give_back(&held, &at(original)) {
                         Ok(named) => {
                             log::info(&format!("{} given back its name after a cleanup cut short", printable(&named)))
                         }
-                        Err(e) => {
-                            if self.failed_cleanups.first(&at(&name), walk.pass) {
-                                log::warn(&format!(
-                                    "cannot give {} back its name: {}",
-                                    printable(&at(&name)),
-                                    io_text(&e)
-                                ))
-                            }
+                        Err(e) if self.failed_cleanups.first(&held, walk.pass) => {
+                            log::warn(&format!("cannot give {} back its name: {}", printable(&held), io_text(&e)))
                         }
+                        Err(_) => {}
                     }
                 }
                 continue;
@@ -1251,28 +1247,22 @@ fn move_without_overwriting(
                 if std::fs::metadata(&candidate).is_ok() {
                     continue;
                 }
+                // A copy to another file system under way goes on: no rename crosses.
                 let copying = COPIES.with(|copies| copies.borrow().contains_key(source));
-                if copying {
-                    // Going on with a copy to another file system, which no rename crosses.
-                    match copy_then_remove(source, &candidate, read) {
-                        Ok(true) => return archived(candidate),
-                        Ok(false) => return Ok(None),
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                        Err(e) => return Err(e),
-                    }
-                }
-                let Some(claimed) = claim(source, read)? else { return Ok(None) };
-                match std::fs::rename(&claimed, &candidate) {
-                    Ok(()) => return archived(candidate),
-                    Err(e) => {
-                        give_back(&claimed, source)?;
-                        match e.kind() {
-                            // What a copy would not get past either (the source cannot be
-                            // removed, a read-only listing): said as it is.
-                            std::io::ErrorKind::NotFound
-                            | std::io::ErrorKind::PermissionDenied
-                            | std::io::ErrorKind::ReadOnlyFilesystem => return Err(e),
-                            _ => {}
+                if !copying {
+                    let Some(claimed) = claim(source, read)? else { return Ok(None) };
+                    match std::fs::rename(&claimed, &candidate) {
+                        Ok(()) => return archived(candidate),
+                        Err(e) => {
+                            give_back(&claimed, source)?;
+                            match e.kind() {
+                                // What a copy would not get past either (the source cannot
+                                // be removed, a read-only listing): said as it is.
+                                std::io::ErrorKind::NotFound
+                                | std::io::ErrorKind::PermissionDenied
+                                | std::io::ErrorKind::ReadOnlyFilesystem => return Err(e),
+                                _ => {}
+                            }
                         }
                     }
                 }
@@ -1624,20 +1614,30 @@ impl TaskFile {
     /// written ([`Self::modified_moments_ago`]), as far as a look at it now tells.
     fn may_still_grow(&mut self, settings: &Settings) -> bool {
         let Some(Ok(stat)) = self.open.as_ref().map(|open| open.file.stat()) else { return false };
-        let now = now_ms();
-        let look = (stat.size, mtime_ns(&stat));
+        self.still_being_written(&stat, settings)
+    }
+
+    /// [`Self::modified_moments_ago`] by `stat`, a look at the file now, noting a change
+    /// since the last look as growth this task saw.
+    fn still_being_written(&mut self, stat: &DescriptorStat, settings: &Settings) -> bool {
+        let look = (stat.size, mtime_ns(stat));
         if self.last_look != Some(look) {
             self.last_look = Some(look);
             self.last_growth_ms = self.last_growth_ms.max(poll_clock_ms());
         }
-        self.modified_moments_ago(look.1, now, settings.eof_quiet_ms)
+        self.modified_moments_ago(look.1, now_ms(), settings.eof_quiet_ms)
     }
 
     /// A `.gz` whose stream stops where its writer is: its reader is dropped, to be opened
-    /// again at a later poll (decompressed up to its last whole line) and read on; how far
-    /// the file has grown is committed.
+    /// again at a later poll (decompressed up to its last whole line) and read on.
     fn reopen_later(&mut self, batch: &mut Batch, last: Option<usize>) {
         self.open = None;
+        self.note_growth(batch, last);
+    }
+
+    /// While it waits to be quiet: how far the file has grown since its committed offset
+    /// said (its last look), committed, so a long copy is not taken for a stalled task.
+    fn note_growth(&mut self, batch: &mut Batch, last: Option<usize>) {
         let looked = self.last_look.filter(|&look| look != (self.offset.size, self.offset.mtime));
         if let Some((size, mtime)) = looked {
             (self.offset.size, self.offset.mtime) = (size, mtime);
@@ -1868,9 +1868,7 @@ impl TaskState {
                 Err(e)
                     if e.kind() == std::io::ErrorKind::UnexpectedEof
                         && settings.completion == Completion::Eof
-                        && descriptor.stat().is_ok_and(|stat| {
-                            file.modified_moments_ago(mtime_ns(&stat), now_ms(), settings.eof_quiet_ms)
-                        }) =>
+                        && descriptor.stat().is_ok_and(|stat| file.still_being_written(&stat, &settings)) =>
                 {
                     return Ok(());
                 }
@@ -2132,23 +2130,11 @@ impl TaskState {
             }
         };
         let stat = descriptor.stat().ok();
-        if let Some(stat) = &stat {
-            // Read whole only once a copy into the folder is over (`eof.quiet.ms`).
-            let now = poll_clock_ms();
-            let look = (stat.size, mtime_ns(stat));
-            let grew = file.last_look != Some(look);
-            if grew {
-                file.last_look = Some(look);
-                file.last_growth_ms = now;
-            }
-            if file.modified_moments_ago(look.1, now, settings.eof_quiet_ms) {
-                if grew {
-                    // Its growth, committed, so a long copy is not taken for a stalled task.
-                    (file.offset.size, file.offset.mtime) = look;
-                    file.put(batch, "", None);
-                }
-                return;
-            }
+        // Read whole only once a copy into the folder is over (`eof.quiet.ms`).
+        if let Some(stat) = &stat
+            && file.still_being_written(stat, &settings)
+        {
+            return file.note_growth(batch, None);
         }
         let record_cap = file.max_line(&settings) as u64;
         let (max, why) = if settings.bytes_max <= record_cap {
