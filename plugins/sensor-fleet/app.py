@@ -166,7 +166,10 @@ class TaskState:
         settings = self.settings
         if settings.rate == 0:
             return settings.batch
-        due = int((time.monotonic() - self.started) * settings.rate) - self.sent
+        allowed = int((time.monotonic() - self.started) * settings.rate)
+        # Time not polled in (paused, a slow destination) is not paid back in a burst.
+        self.sent = max(self.sent, allowed - settings.batch)
+        due = allowed - self.sent
         return max(0, min(settings.batch, due))
 
 

@@ -112,7 +112,7 @@ async fn grants_outside_the_tenant_roots_are_refused() {
     let error = host.herder.validate(&unknown).await.err().expect("refused");
     assert_eq!(
         (error.key.as_deref(), error.reason.as_str()),
-        (Some("tenant"), "unknown tenant 'nobody' (declared: a)")
+        (Some("tenant"), "unknown tenant 'nobody' (the tenants: a, default)")
     );
 }
 
@@ -151,6 +151,18 @@ async fn tenant_quotas_hold() {
     let too_much_memory =
         host.herder.validate(&config("c", &[("sandbox.memory.max.bytes", "67108864")])).await.err().expect("refused");
     assert_eq!(too_much_memory.key.as_deref(), Some("sandbox.memory.max.bytes"), "{too_much_memory}");
+    // A value that cannot be read is said once, for what it is: not compared with the quota
+    // as the default that stood in for it.
+    let unreadable = unchecked(&[
+        ("connector.class", "counter"),
+        ("tenant", "q"),
+        ("topic", "t"),
+        ("sandbox.memory.max.bytes", "1000000000000000000000"),
+    ]);
+    let problems = host.herder.problems(&unreadable).await;
+    let said: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert_eq!(problems.len(), 1, "{said:?}");
+    assert!(said[0].contains("sandbox.memory.max.bytes") && !said[0].contains("quota"), "{said:?}");
 
     host.start(config("c", &[("tasks.max", "2")])).await;
     let second = host.herder.start(config("d", &[])).await.unwrap_err();

@@ -65,9 +65,9 @@ fn caller_of(worker: &WorkerConfig, headers: &HeaderMap) -> Result<Caller, ApiEr
             let tenant = tenant_header.filter(|t| !t.is_empty());
             // A tenant that does not exist is said so, not answered as one with nothing.
             if let Some(unknown) = tenant.as_deref().filter(|t| worker.tenant(t).is_none()) {
-                let declared = worker.tenant_names().join(", ");
+                let declared = worker.tenant_choices();
                 return Err(ApiError::bad_request(format!(
-                    "{TENANT_HEADER}: unknown tenant '{unknown}' (declared: {declared})"
+                    "{TENANT_HEADER}: unknown tenant '{unknown}' (the tenants: {declared})"
                 )));
             }
             return Ok(Caller::Operator { tenant });

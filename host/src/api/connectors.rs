@@ -21,7 +21,7 @@ use crate::config::{ConnectorConfig, DEFAULT_TENANT};
 use crate::connect::HerderError;
 use crate::storage::Namespace;
 use crate::storage::TargetState;
-use crate::storage::json::canonical_object;
+use crate::storage::json::{canonical_object, inexact_integer};
 
 type Shared = State<Arc<ApiState>>;
 
@@ -95,27 +95,54 @@ async fn info(state: &ApiState, caller: &Caller, ns: &Namespace) -> Result<Value
     Ok(info_body(caller, ns, &config, tasks))
 }
 
+/// Where a new or updated connector's name comes from: a create's body, or the URL a
+/// `PUT` addresses (which names the connector it changes, as a `GET` of it would).
+#[derive(Clone, Copy, PartialEq)]
+enum NamedBy {
+    Body,
+    Url,
+}
+
 /// The namespace and config of a connector to create or update: the tenant is the
 /// caller's (a `tenant` key naming another is refused), or for the operator the one its
-/// name or the config's `tenant` key says.
+/// qualified name says, else (for a create) the config's `tenant` key.
 fn new_config(
     caller: &Caller,
     name: &str,
     values: &Map<String, Value>,
+    named_by: NamedBy,
 ) -> Result<(Namespace, ConnectorConfig), ApiError> {
     let from_config = values.get(TENANT).and_then(Value::as_str);
-    let ns = match (caller, name.contains('/')) {
-        (Caller::Operator { tenant: None }, false) => Namespace::new(from_config.unwrap_or(DEFAULT_TENANT), name),
-        (Caller::Operator { .. }, true) => caller.namespace(name)?,
-        (_, true) => return Err(ApiError::bad_request(format!("name: {}", slash_refused(name)))),
-        (_, false) => caller.namespace(name)?,
+    let ns = match (caller, name.split_once('/')) {
+        (Caller::Operator { tenant: None }, None) if named_by == NamedBy::Body => {
+            Namespace::new(from_config.unwrap_or(DEFAULT_TENANT), name)
+        }
+        // A create's qualified name for another tenant than the header's is a contradiction
+        // in the request, not a connector that is missing.
+        (Caller::Operator { tenant: Some(tenant) }, Some((qualifier, _)))
+            if named_by == NamedBy::Body && qualifier != tenant =>
+        {
+            return Err(ApiError::bad_request(format!(
+                "name: '{name}' names the tenant '{qualifier}', but this request is tenant '{tenant}'s (X-Sluice-Tenant)"
+            )));
+        }
+        (Caller::Operator { .. }, _) => caller.namespace(name)?,
+        (_, Some(_)) => return Err(ApiError::bad_request(format!("name: {}", slash_refused(name)))),
+        (_, None) => caller.namespace(name)?,
     };
     let source = format!("connector {}", ns.connector);
     let mut config = ConnectorConfig::from_map(Some(ns.connector.clone()), values, &source)?;
     if let Some(tenant) = from_config
         && tenant != ns.tenant
     {
-        return Err(config.error(TENANT, not_this_tenant(tenant, &ns.tenant)).into());
+        let mut reason = not_this_tenant(tenant, &ns.tenant);
+        if named_by == NamedBy::Url && caller.is_operator() {
+            let qualified = url_segment(&format!("{tenant}/{}", ns.connector));
+            reason.push_str(&format!(
+                "; the URL names the connector: PUT /connectors/{qualified}/config for tenant '{tenant}'s"
+            ));
+        }
+        return Err(config.error(TENANT, reason).into());
     }
     if ns.tenant != DEFAULT_TENANT {
         config.values.insert(TENANT.into(), ns.tenant.clone());
@@ -174,7 +201,7 @@ pub async fn create(
         },
         Some(other) => return Err(ApiError::bad_request(format!("initial_state: must be a string, not {other}"))),
     };
-    let (ns, config) = new_config(&caller, &name, &values)?;
+    let (ns, config) = new_config(&caller, &name, &values, NamedBy::Body)?;
     let create = match state.herder.check(&config) {
         Ok(()) => state.herder.create_in(config.clone(), target).await.map(|_| ()),
         Err(error) => Err(error.into()),
@@ -286,7 +313,7 @@ pub async fn put_config(
     };
     unqualify_name(&mut values, &name);
     // The URL's name first: one a tenant may not use is said to be that, not a mismatch.
-    let (ns, config) = new_config(&caller, &name, &values)?;
+    let (ns, config) = new_config(&caller, &name, &values, NamedBy::Url)?;
     name_matches_url(&mut values, &name)?;
     let put = match state.herder.check(&config) {
         Ok(()) => state.herder.put_config(config.clone()).await,
@@ -349,7 +376,7 @@ pub async fn patch_config(
                     value => values.insert(key, value),
                 };
             }
-            let (_, config) = new_config(&caller, &name, &values).map_err(refused)?;
+            let (_, config) = new_config(&caller, &name, &values, NamedBy::Url).map_err(refused)?;
             patched = Some(config.clone());
             state.herder.check(&config)?;
             Ok(config)
@@ -419,7 +446,14 @@ async fn named_task_configs(
     name: &str,
 ) -> Result<(String, Vec<Vec<(String, String)>>), ApiError> {
     let ns = caller.namespace(name)?;
-    Ok((caller.name_of(&ns), state.herder.task_configs(&ns).await?))
+    let mut configs = state.herder.task_configs(&ns).await?;
+    // As the connector's own config: a tenant's name for itself is implied.
+    if matches!(caller, Caller::Tenant(_)) {
+        for config in &mut configs {
+            config.retain(|(key, _)| key != TENANT);
+        }
+    }
+    Ok((caller.name_of(&ns), configs))
 }
 
 /// `GET /connectors/{name}/tasks/{task}/status`
@@ -537,6 +571,16 @@ pub async fn patch_offsets(
     }
     let mut changes = Vec::with_capacity(entries.len());
     for (i, entry) in entries.iter().enumerate() {
+        for part in ["partition", "offset"] {
+            let mut values = entry.get(part).and_then(Value::as_object).into_iter().flatten();
+            if let Some((key, Value::Number(n))) =
+                values.find(|(_, v)| matches!(v, Value::Number(n) if inexact_integer(n)))
+            {
+                return Err(ApiError::bad_request(format!(
+                    "offsets[{i}].{part}: \"{key}\": the number {n} is too large to be kept exactly (an integer has at most 64 bits)"
+                )));
+            }
+        }
         let partition = match entry.get("partition") {
             Some(partition @ Value::Object(_)) => canonical_object(&partition.to_string()),
             _ => Err("missing or not a JSON object".to_string()),

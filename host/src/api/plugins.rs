@@ -156,12 +156,14 @@ pub async fn validate(
     }
     let tenant =
         caller.tenant().map(String::from).or_else(|| values.get(TENANT).and_then(Value::as_str).map(String::from));
+    // Checked as the caller's tenant would store it; reported as sent.
+    let mut checked = values.clone();
     if let Some(tenant) = tenant.filter(|t| t != DEFAULT_TENANT) {
-        values.insert(TENANT.into(), Value::String(tenant));
+        checked.insert(TENANT.into(), Value::String(tenant));
     }
     match ConnectorConfig::from_map(
         Some(connector_name.replace('/', "_")),
-        &values,
+        &checked,
         &format!("connector {connector_name}"),
     ) {
         Ok(config) => {

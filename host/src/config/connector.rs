@@ -96,10 +96,7 @@ impl ConnectorConfig {
                 Value::String(s) => s.clone(),
                 // serde_json reads an integer beyond 64 bits as a float, which would store
                 // other digits than those sent: refused, where Connect's Jackson keeps them.
-                Value::Number(n)
-                    if n.is_f64()
-                        && n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9_007_199_254_740_992.0) =>
-                {
+                Value::Number(n) if crate::storage::json::inexact_integer(n) => {
                     return Err(error(
                         key,
                         format!("the number {n} is too large to be kept exactly: give it as a string, in quotes"),

@@ -363,6 +363,16 @@ impl WorkerConfig {
         self.tenants.keys().cloned().collect()
     }
 
+    /// The names a connector's `tenant` may take, for an error that lists them: every
+    /// declared tenant, and `default` (which always exists, without quotas unless declared).
+    pub fn tenant_choices(&self) -> String {
+        let mut names = self.tenant_names();
+        if !self.tenants.contains_key(DEFAULT_TENANT) {
+            names.push(DEFAULT_TENANT.to_string());
+        }
+        names.join(", ")
+    }
+
     /// The tenant whose token this is.
     pub fn authenticate(&self, token: &str) -> Option<&Tenant> {
         let hash = hash_token(token);

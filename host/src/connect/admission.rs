@@ -105,9 +105,11 @@ pub(super) async fn problems(services: &Services, config: &ConnectorConfig, runn
             }
         }
     };
-    problems.extend(check_fuel(services, config, &settings).err());
-    problems.extend(destination_problems(services, config, &settings));
-    problems.extend(check_tenant(services, config, &mut settings, running).err());
+    // Judged by what was read (`probe`): a value already refused is not compared again as
+    // the default that stood in for it.
+    problems.extend(check_fuel(services, &probe, &settings).err());
+    problems.extend(destination_problems(services, &probe, &settings));
+    problems.extend(check_tenant(services, &probe, &mut settings, running).err());
     let plugin = match find_plugin(services, config).await {
         Ok(plugin) => plugin,
         Err(problem) => {
@@ -446,8 +448,8 @@ fn check_tenant(
 ) -> Result<(), ConfigError> {
     let worker = &services.worker;
     let Some(tenant) = worker.tenant(config.tenant()) else {
-        let declared = worker.tenant_names().join(", ");
-        return Err(config.error(TENANT, format!("unknown tenant '{}' (declared: {declared})", config.tenant())));
+        let declared = worker.tenant_choices();
+        return Err(config.error(TENANT, format!("unknown tenant '{}' (the tenants: {declared})", config.tenant())));
     };
     for (key, dirs) in [(SANDBOX_FS_READ, &settings.sandbox.fs_read), (SANDBOX_FS_WRITE, &settings.sandbox.fs_write)] {
         if let Some(dir) = dirs.iter().find(|dir| !tenant.may_grant(dir)) {

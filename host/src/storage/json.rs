@@ -17,6 +17,12 @@ pub fn canonical_object(text: &str) -> Result<String, String> {
     Ok(Value::Object(Map::from_iter(map)).to_string())
 }
 
+/// Whether `n` stands for an integer serde_json could not keep exactly: it reads one beyond
+/// 64 bits as a float, whose digits are not those sent.
+pub fn inexact_integer(n: &serde_json::Number) -> bool {
+    n.is_f64() && n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9_007_199_254_740_992.0)
+}
+
 /// Whether `text` is, plainly, a JSON object of primitives: no whitespace, keys and string
 /// values of printable ASCII without escapes, values that are such strings, `true`,
 /// `false`, `null` or integers of at most 19 digits. Most offsets are written so; anything

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use sluice_connector::{Batch, Config, ConfigKey, ConfigType, Connector, Error, Task, log, offsets};
 
-use crate::generator;
+use crate::generator::{self, Pace};
 
 /// `{"counter": <task>}`
 #[derive(Serialize)]
@@ -64,7 +64,12 @@ impl Connector for Counter {
             ConfigKey::optional("record.count", ConfigType::Long, "0", "Records per task; 0 is endless."),
             ConfigKey::optional("record.size", ConfigType::Int, "64", "Bytes per record value."),
             ConfigKey::optional("batch.size", ConfigType::Int, "100", "Records returned per poll."),
-            ConfigKey::optional("records.per.second", ConfigType::Long, "0", "Rate per task; 0 is unlimited."),
+            ConfigKey::optional(
+                "records.per.second",
+                ConfigType::Long,
+                "0",
+                "Rate per task; 0 is unlimited. Time paused is not made up in a burst.",
+            ),
             ConfigKey::optional(
                 "finish",
                 ConfigType::Boolean,
@@ -118,8 +123,7 @@ struct CounterTask {
     settings: Settings,
     task: u32,
     next: u64,
-    started_at_ms: u64,
-    emitted_since_start: u64,
+    pace: Pace,
 }
 
 impl Task for CounterTask {
@@ -128,17 +132,14 @@ impl Task for CounterTask {
         let task = config.parse("counter.task", 0)?;
         let next = offsets::get::<_, Offset>(&Partition { counter: task }).map_or(0, |o| o.seq + 1);
         log::info(&format!("task {task} resumes at record {next}"));
-        Ok(CounterTask { settings, task, next, started_at_ms: now_ms(), emitted_since_start: 0 })
+        let pace = Pace::new(settings.rate, settings.batch as u64, now_ms());
+        Ok(CounterTask { settings, task, next, pace })
     }
 
     /// Writes each record straight into the batch (no allocation per record).
     fn poll_into(&mut self, batch: &mut Batch) -> Result<(), Error> {
         let s = &self.settings;
-        let mut count = s.batch as u64;
-        if s.rate > 0 {
-            let allowed = (now_ms() - self.started_at_ms + 1) * s.rate / 1000;
-            count = count.min(allowed.saturating_sub(self.emitted_since_start));
-        }
+        let count = self.pace.allow(s.batch as u64, now_ms());
         let end = match s.count {
             0 => self.next.saturating_add(count),
             total => total.min(self.next.saturating_add(count)),
@@ -157,7 +158,7 @@ impl Task for CounterTask {
                 .record_to_with(to, |out| generator::write_offset_text(out, seq))
                 .value_with(|out| generator::write_value_text(out, task, seq, s.size));
         }
-        self.emitted_since_start += end - self.next;
+        self.pace.made(end - self.next);
         self.next = end;
         Ok(())
     }

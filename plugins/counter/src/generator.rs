@@ -76,9 +76,64 @@ pub fn write_offset_text(out: &mut Vec<u8>, seq: &str) {
     out.push(b'}');
 }
 
+/// `records.per.second`, kept by a task: how many records it may make now.
+pub struct Pace {
+    rate: u64,
+    burst: u64,
+    started_at_ms: u64,
+    made: u64,
+}
+
+impl Pace {
+    /// `rate` records a second from `now_ms` on (0: unlimited), never more than `burst` at
+    /// once to catch up.
+    pub fn new(rate: u64, burst: u64, now_ms: u64) -> Self {
+        Pace { rate, burst: burst.max(1), started_at_ms: now_ms, made: 0 }
+    }
+
+    /// How many of `wanted` records may be made at `now_ms`. Time the task was not asked
+    /// in (paused, or behind a slow destination) is not paid back in a burst: it falls
+    /// behind by `burst` records at most.
+    pub fn allow(&mut self, wanted: u64, now_ms: u64) -> u64 {
+        if self.rate == 0 {
+            return wanted;
+        }
+        let due = (now_ms.saturating_sub(self.started_at_ms) + 1) * self.rate / 1000;
+        self.made = self.made.max(due.saturating_sub(self.burst));
+        wanted.min(due.saturating_sub(self.made))
+    }
+
+    /// `count` records were made.
+    pub fn made(&mut self, count: u64) {
+        self.made += count;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pace_keeps_its_rate_and_pays_no_pause_back() {
+        let mut pace = Pace::new(100, 10, 1_000);
+        // Half a second at 100/s: 50 due, taken a batch of 10 at a time.
+        let mut made = 0;
+        for now in (1_000..1_500).step_by(20) {
+            let allowed = pace.allow(10, now);
+            pace.made(allowed);
+            made += allowed;
+        }
+        assert!((45..=50).contains(&made), "{made}");
+        assert_eq!(pace.allow(10, 1_480), 0, "nothing more due yet");
+        // Twenty seconds not asked: one batch at once, then the rate again.
+        let after_pause = pace.allow(1_000, 21_500);
+        assert_eq!(after_pause, 10);
+        pace.made(after_pause);
+        assert_eq!(pace.allow(1_000, 21_500), 0);
+        assert_eq!(pace.allow(1_000, 21_600), 10, "a tenth of a second later");
+        let mut unlimited = Pace::new(0, 10, 0);
+        assert_eq!(unlimited.allow(500, 0), 500);
+    }
 
     #[test]
     fn batches_stop_at_count_and_pad_values() {

@@ -222,7 +222,10 @@ export const task = {
     const { settings: s, cursors } = running;
     let budget = s.batch;
     if (s.rate > 0) {
-      const due = Math.floor(((Date.now() - running.started) * s.rate) / 1000) - running.sent;
+      const allowed = Math.floor(((Date.now() - running.started) * s.rate) / 1000);
+      // Time not polled in (paused, a slow destination) is not paid back in a burst.
+      running.sent = Math.max(running.sent, allowed - s.batch);
+      const due = allowed - running.sent;
       budget = Math.max(0, Math.min(budget, due));
     }
     const records = [];

@@ -257,6 +257,14 @@ fn offsets_change_while_stopped_and_resume_continues_from_them() {
     {
         server.call("PATCH", "/connectors/o/offsets", None, Some(body)).assert_error(400);
     }
+    // An integer beyond 64 bits would be stored as a float with other digits (and the
+    // counter would start again from 0): refused, naming it.
+    let huge = r#"{"offsets": [{"partition": {"counter": 0}, "offset": {"seq": 100000000000000000000000}}]}"#;
+    let refused = server.call("PATCH", "/connectors/o/offsets", None, Some(huge)).assert_error(400);
+    assert!(
+        refused.contains("offsets[0].offset") && refused.contains("\"seq\"") && refused.contains("too large"),
+        "{refused}"
+    );
     let reset = server.call("DELETE", "/connectors/o/offsets", None, None);
     assert_eq!(reset.json()["message"], "The offsets for this connector have been reset successfully");
     assert_eq!(server.get("/connectors/o/offsets").json(), json!({"offsets": []}));

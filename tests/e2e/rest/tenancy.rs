@@ -185,8 +185,31 @@ fn tenants_see_and_touch_only_their_own_connectors() {
     let refused =
         server.call("PUT", "/connectors/x%2Fy/config", Some(ACME), Some(&slash.to_string())).assert_error(400);
     assert!(refused.contains("'/' is not allowed"), "{refused}");
-    // The tenant's config does not show the tenant key; the operator's does.
+    // The tenant's config does not show the tenant key; the operator's does. Nor do its
+    // tasks' configs, nor a validate report of a config that did not name it.
     assert!(server.call("GET", "/connectors/second/config", Some(ACME), None).json().get("tenant").is_none());
+    assert_eq!(server.call("GET", "/connectors/second/config", Some(OPERATOR), None).status, 404);
+    let qualified = server.call("GET", "/connectors/acme%2Fsecond/config", Some(OPERATOR), None).json();
+    assert_eq!(qualified["tenant"], "acme", "{qualified}");
+    server.wait_for("second has its tasks", "/connectors/second/tasks", Some(ACME), |t| {
+        t.as_array().is_some_and(|t| !t.is_empty())
+    });
+    let tasks = server.call("GET", "/connectors/second/tasks", Some(ACME), None).json();
+    assert!(tasks.as_array().unwrap().iter().all(|t| t["config"].get("tenant").is_none()), "{tasks}");
+    let tasks_config = server.call("GET", "/connectors/second/tasks-config", Some(ACME), None).json();
+    assert!(tasks_config.as_object().unwrap().values().all(|c| c.get("tenant").is_none()), "{tasks_config}");
+    let by_operator = server.call("GET", "/connectors/acme%2Fsecond/tasks", Some(OPERATOR), None).json();
+    assert_eq!(by_operator[0]["config"]["tenant"], "acme", "{by_operator}");
+    let report = server
+        .call(
+            "PUT",
+            "/connector-plugins/counter/config/validate",
+            Some(ACME),
+            Some(&json!({"name": "q", "topic": "t"}).to_string()),
+        )
+        .json();
+    let shown = report["configs"].as_array().unwrap().iter().find(|c| c["value"]["name"] == "tenant").cloned();
+    assert!(shown.is_none_or(|c| c["value"]["value"].is_null()), "{report}");
 
     // A tenant's metrics are its own connectors' series; the operator's are every tenant's.
     let own = server.call("GET", "/metrics", Some(ACME), None);
@@ -217,6 +240,19 @@ fn tenants_see_and_touch_only_their_own_connectors() {
     let about_nobody = [("Authorization", format!("Bearer {OPERATOR}")), ("X-Sluice-Tenant", "nobody".to_string())];
     let unknown = server.call_with("GET", "/connectors", &about_nobody, None).assert_error(400);
     assert!(unknown.contains("unknown tenant 'nobody'"), "{unknown}");
+    // A create's qualified name for another tenant than the header's is a 400, not a 404.
+    let elsewhere = server.call_with("POST", "/connectors", &about_acme, Some(&counter("globex/o2", "op")));
+    let elsewhere = elsewhere.assert_error(400);
+    assert!(elsewhere.contains("globex") && elsewhere.contains("X-Sluice-Tenant"), "{elsewhere}");
+    // A PUT's URL names the connector it changes: `files` is the default tenant's for the
+    // operator, so a `tenant` key naming another is refused, not a second connector made.
+    let moved = json!({"connector.class": "counter", "topic": "t", "tenant": "globex"}).to_string();
+    let refused = server.call("PUT", "/connectors/stray/config", Some(OPERATOR), Some(&moved)).assert_error(400);
+    assert!(refused.contains("tenant") && refused.contains("globex%2Fstray"), "{refused}");
+    let patched = server.call("PATCH", "/connectors/acme%2Ffiles/config", Some(OPERATOR), Some(&moved));
+    assert!(patched.assert_error(400).contains("tenant"), "{patched:?}");
+    let all = server.call("GET", "/connectors", Some(OPERATOR), None).json();
+    assert_eq!(all, json!(["acme/files", "acme/second", "globex/files", "globex/g-only", "globex/x"]));
     let made = server.call("POST", "/connectors", Some(OPERATOR), Some(&counter("globex/by-op", "op")));
     assert_eq!(made.status, 201, "{made:?}");
     assert_eq!(made.json()["name"], "globex/by-op");
