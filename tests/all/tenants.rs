@@ -151,6 +151,13 @@ async fn tenant_quotas_hold() {
     let too_much_memory =
         host.herder.validate(&config("c", &[("sandbox.memory.max.bytes", "67108864")])).await.err().expect("refused");
     assert_eq!(too_much_memory.key.as_deref(), Some("sandbox.memory.max.bytes"), "{too_much_memory}");
+    // A call deadline past the tenant's (60 s unless sluice.toml says otherwise): a stop
+    // waits for it, and changes to connectors run one at a time.
+    let forever = host.herder.validate(&config("c", &[("sandbox.call.timeout.ms", "999999999999")])).await;
+    let forever = forever.err().expect("refused");
+    assert_eq!(forever.key.as_deref(), Some("sandbox.call.timeout.ms"), "{forever}");
+    assert!(forever.reason.contains("call_timeout_max_ms"), "{forever}");
+    host.herder.validate(&config("c", &[("sandbox.call.timeout.ms", "60000")])).await.expect("within the quota");
     // A value that cannot be read is said once, for what it is: not compared with the quota
     // as the default that stood in for it.
     let unreadable = unchecked(&[

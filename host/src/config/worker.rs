@@ -44,13 +44,33 @@ use super::kafka::KafkaConfig;
 /// The tenant of connectors that name none; unlimited unless declared.
 pub const DEFAULT_TENANT: &str = "default";
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Quotas {
     pub connectors: Option<u32>,
     pub tasks: Option<u32>,
     pub memory_max_bytes: Option<u64>,
     pub records_per_second: Option<u64>,
+    /// The longest `sandbox.call.timeout.ms` its connectors may set. A stop waits for a
+    /// plugin's call up to that deadline, and changes to connectors run one at a time, so
+    /// a tenant's deadline is how long it may hold up every tenant's changes.
+    pub call_timeout_max_ms: Option<u64>,
+}
+
+/// A declared tenant's `call_timeout_max_ms` unless `sluice.toml` says otherwise.
+pub const TENANT_CALL_TIMEOUT_MAX_MS: u64 = 60_000;
+
+impl Default for Quotas {
+    /// A declared tenant's: no limit but on call deadlines.
+    fn default() -> Self {
+        Quotas {
+            connectors: None,
+            tasks: None,
+            memory_max_bytes: None,
+            records_per_second: None,
+            call_timeout_max_ms: Some(TENANT_CALL_TIMEOUT_MAX_MS),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -70,7 +90,8 @@ pub struct Tenant {
 impl Tenant {
     /// The built-in `default` tenant: no roots, no quotas.
     fn unlimited_default() -> Tenant {
-        Tenant { name: DEFAULT_TENANT.into(), token_sha256: None, roots: Vec::new(), quotas: Quotas::default() }
+        let quotas = Quotas { call_timeout_max_ms: None, ..Quotas::default() };
+        Tenant { name: DEFAULT_TENANT.into(), token_sha256: None, roots: Vec::new(), quotas }
     }
 
     /// Whether `dir` (canonical) is inside one of the roots. The unlimited `default`

@@ -3,12 +3,14 @@
 //! `config-def` (required keys, types) and the plugin's own `validate`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::services::Services;
 use crate::config::HOST_KEYS;
 use crate::config::keys::{
     CONNECTOR_CLASS, DESTINATION, ERRORS_DEAD_LETTER_TOPIC, EXACTLY_ONCE_SUPPORT, NAME, PRODUCER_OVERRIDE_PREFIX,
-    SANDBOX_FS_READ, SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES, TASKS_MAX, TENANT,
+    SANDBOX_CALL_TIMEOUT_MS, SANDBOX_FS_READ, SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES,
+    TASKS_MAX, TENANT,
 };
 use crate::config::transforms::{PREDICATES, TRANSFORMS};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DestinationKind, StorageKind, Transforms};
@@ -470,6 +472,16 @@ fn check_tenant(
             return Err(config.error(SANDBOX_MEMORY_MAX_BYTES, reason));
         }
         settings.sandbox.memory_max_bytes = max;
+    }
+    if let (Some(max), Some(given)) = (quotas.call_timeout_max_ms, config.get(SANDBOX_CALL_TIMEOUT_MS))
+        && settings.sandbox.timeouts.lifecycle > Duration::from_millis(max)
+    {
+        let reason = format!(
+            "{} is above tenant {}'s quota of {max} ms per call (call_timeout_max_ms in sluice.toml)",
+            given.trim(),
+            tenant.name
+        );
+        return Err(config.error(SANDBOX_CALL_TIMEOUT_MS, reason));
     }
     let mine: Vec<u32> = running
         .iter()
