@@ -13,8 +13,8 @@
 //! symbolic links) with links that lead nowhere, a log rewritten while its connector
 //! was stopped, logs rotated faster than their tasks start under a filter that leaves out
 //! the rotated names, a last line without newline in an idle log rotated or cleaned up,
-//! and `move` to an archive on another file system, and more logs in tail mode than are
-//! followed at once.
+//! and `move` to an archive on another file system, more logs in tail mode than are
+//! followed at once, and a new log on the identity of a finished file of another name.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -1336,4 +1336,45 @@ async fn more_logs_than_are_followed_at_once_take_turns_in_tail_mode() {
     })
     .await;
     assert_each_once(host.values("lines"), written);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_log_on_the_identity_of_a_finished_file_of_another_name_is_followed_not_taken_for_rotated() {
+    // A new log that gets the identity (inode) of a finished file of another name: as ext4
+    // hands a freed inode to the next new file, or here an archived file moved back in under
+    // a new name and written afresh. It is a new version, not that file rotated: it is
+    // followed while written (quiet for less than tail.idle.ms at a time), never finished
+    // as rotated and archived away from its writer after the rotation grace.
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let done = Dirs::path(&dirs.done);
+    let config = dirs.config(&[
+        ("file.completion", "tail"),
+        ("tail.idle.ms", "3000"),
+        ("tail.rotation.grace.ms", "200"),
+        ("fs.cleanup.policy", "move"),
+        ("fs.cleanup.policy.move.success.path", &done),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    std::fs::write(dirs.inbox.path().join("other.log"), "o0\no1\no2\n").unwrap();
+    let archived = dirs.done.path().join("other.log");
+    wait_until("other.log finished idle and archived", || archived.exists().then_some(())).await;
+
+    let app = dirs.inbox.path().join("app.log");
+    std::fs::rename(&archived, &app).unwrap();
+    let mut out = std::fs::OpenOptions::new().write(true).truncate(true).open(&app).unwrap();
+    let mut written: Vec<String> = ["o0", "o1", "o2"].map(String::from).to_vec();
+    for burst in 0..8 {
+        for i in 0..5 {
+            let line = format!("app {burst}-{i}");
+            writeln!(out, "{line}").unwrap();
+            written.push(line);
+        }
+        // Quiet for longer than the rotation grace, well within tail.idle.ms.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    wait_until("every line of app.log", || (host.values("lines").len() >= written.len()).then_some(())).await;
+    assert_each_once(host.values("lines"), written);
+    let offsets = offsets_by_path(&host);
+    assert_ne!(offsets["app.log"]["end"], "rotated", "{offsets:?}");
 }

@@ -1767,6 +1767,8 @@ impl TaskFile {
         log::info(&format!("{}: {why}: reading it again from the start", printable(&self.key.path)));
         self.offset = FileOffset { rewritten: true, ..FileOffset::start(&self.key.path, self.offset.version + 1, 0) };
         self.open = None;
+        // New content is not a rotated log: whether it is renamed away is looked at afresh.
+        self.rotated_since = None;
     }
 
     /// Whether the open plain file was truncated or rewritten in place since it was read
@@ -2183,8 +2185,12 @@ impl Task for TaskState {
             .zip(partitions)
             .map(|((key, committed), partition)| {
                 let announce = committed.as_ref().is_none_or(|o| o.version != key.version || o.attempt != key.attempt);
-                // Renamed since it was read (a rotated log found under its new name).
-                let renamed = committed.as_ref().is_some_and(|o| !o.path.is_empty() && o.path != key.path);
+                // Renamed since it was read (a rotated log found under its new name): the
+                // same version read on. A new version under another name is a new file that
+                // took the identity (a reused inode), not the old one rotated.
+                let renamed = committed
+                    .as_ref()
+                    .is_some_and(|o| !o.path.is_empty() && o.path != key.path && o.version == key.version);
                 let later = committed.as_ref().is_some_and(|o| (o.version, o.attempt) > (key.version, key.attempt));
                 // A later version this task started itself, finding the file rewritten in
                 // place as it read it (the connector only ever hands a file to one task,
