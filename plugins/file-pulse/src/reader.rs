@@ -153,6 +153,10 @@ impl LineReader {
                 if self.pending.is_empty() || hold_partial {
                     return Ok(None);
                 }
+                // The room for a `\r` before a newline is not a last line's to take.
+                if self.pending.len() > self.max_line {
+                    return Err(self.too_long(false));
+                }
                 self.position += self.pending.len() as u64;
                 return Ok(Some(self.hand_out()));
             }
@@ -235,6 +239,14 @@ mod tests {
         // Exactly at the limit is fine, CRLF included.
         assert_eq!(lines(b"0123456789\r\n", 0, false, 10).unwrap().0, ["0123456789"]);
         assert!(lines(b"0123456789a\n", 0, false, 10).is_err());
+        // A last line without newline has the same limit, and is skipped to the end.
+        assert_eq!(lines(b"ok\n0123456789", 0, false, 10).unwrap().0, ["ok", "0123456789"]);
+        let mut reader = LineReader::new(Box::new(io::Cursor::new(b"ok\n0123456789a".to_vec())), 0, 10);
+        assert_eq!(reader.next_line(false).unwrap().unwrap().0, b"ok");
+        assert!(is_too_long(&reader.next_line(false).unwrap_err()));
+        assert!(!reader.skip_long_line());
+        assert!(reader.skip_rest(false).unwrap());
+        assert_eq!(reader.position, 14, "past the skipped last line");
     }
 
     #[test]
