@@ -208,9 +208,14 @@ impl Settings {
             empty if empty.is_empty() => move_success.clone(),
             path => path,
         };
-        let move_success = move_success.trim_end_matches('/').to_string();
-        let move_failure = move_failure.trim_end_matches('/').to_string();
-        let directory = required("fs.listing.directory.path").trim_end_matches('/').to_string();
+        // `a//b` is `a/b`; said as given, a path is matched against the grants as text.
+        let plain = |path: &str| {
+            let joined: Vec<&str> = path.split('/').filter(|part| !part.is_empty()).collect();
+            if path.starts_with('/') { format!("/{}", joined.join("/")) } else { joined.join("/") }
+        };
+        let move_success = plain(&move_success);
+        let move_failure = plain(&move_failure);
+        let directory = plain(&required("fs.listing.directory.path"));
         // The plugin sees the granted directories by their absolute paths only: a relative
         // one would be "not found" with no word of why.
         for (key, path) in [
@@ -223,6 +228,12 @@ impl Settings {
                 problems
                     .borrow_mut()
                     .push(problem(key, format!("'{path}' is a relative path: give the absolute path")));
+            } else if path.split('/').any(|part| part == "." || part == "..") && !reported {
+                // Matched against the grants as text, `/in/../in` would be "not granted".
+                problems.borrow_mut().push(problem(
+                    key,
+                    format!("'{path}' has a '.' or '..' step: give the directory's path without them"),
+                ));
             }
         }
         if cleanup == Cleanup::Move && !directory.is_empty() {
@@ -339,6 +350,13 @@ mod tests {
         assert_eq!(parse(&[("fs.cleanup.policy", "move")]).unwrap_err().0, "fs.cleanup.policy.move.success.path");
         let moved = parse(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", "/done/")]).unwrap();
         assert_eq!(moved.move_failure, "/done");
+        let doubled = parse(&[("fs.listing.directory.path", "//in//sub/")]).unwrap();
+        assert_eq!(doubled.directory, "/in/sub");
+        let stepped = parse(&[("fs.listing.directory.path", "/in/../in")]).unwrap_err();
+        assert_eq!(stepped.0, "fs.listing.directory.path");
+        assert!(stepped.1.contains("'..'"), "{}", stepped.1);
+        let stepped = parse(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", "/done/.")]);
+        assert_eq!(stepped.unwrap_err().0, "fs.cleanup.policy.move.success.path");
         let into_itself = parse(&[("fs.cleanup.policy", "move"), ("fs.cleanup.policy.move.success.path", "/in/")]);
         assert_eq!(into_itself.unwrap_err().0, "fs.cleanup.policy.move.success.path");
         assert_eq!(parse(&[]).unwrap().record_max_bytes, 1 << 20);
