@@ -271,26 +271,26 @@ async fn filesystem_escapes_are_refused() {
     assert_neighbour_keeps_delivering(&host).await;
 }
 
-/// The host reads regular files itself (`runtime::file_reads`) and leaves everything else
-/// to wasmtime-wasi: a positional read of a FIFO (held open by the test, never written
-/// to) gets WASI's answer, `invalid-seek`, rather than a read that waits for bytes.
+/// Opening a FIFO waits in the kernel for its writer, where no deadline reaches, and the
+/// thread is never given back: the host refuses the open at once (`would-block`), with or
+/// without a writer, and the task goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_of_a_fifo_gets_wasis_answer() {
+async fn opening_a_fifo_is_refused_at_once_with_or_without_a_writer() {
     let granted = tempfile::tempdir().unwrap();
     let dir = std::fs::canonicalize(granted.path()).unwrap();
     let fifo = dir.join("fifo");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success(), "mkfifo");
-    // Opened for reading and writing, which never blocks: the FIFO has a writer, so the
-    // plugin's open succeeds.
-    let writer = std::fs::OpenOptions::new().read(true).write(true).open(&fifo).unwrap();
     let config = [("hostile.target", fifo.to_str().unwrap()), ("sandbox.fs.read", dir.to_str().unwrap())];
-    attack("read-fifo", &config, Expect::Delivers("read failed: ErrorCode { code: 34, name: \"invalid-seek\"")).await;
+    attack("read-fifo", &config, Expect::Delivers("open failed: ErrorCode { code: 1, name: \"would-block\"")).await;
+    // Opened for reading and writing by the test, which never blocks: it has a writer.
+    let writer = std::fs::OpenOptions::new().read(true).write(true).open(&fifo).unwrap();
+    attack("read-fifo", &config, Expect::Delivers("open failed: ErrorCode { code: 1, name: \"would-block\"")).await;
     drop(writer);
 }
 
 /// The host answers `descriptor.stat` itself (`runtime::file_reads`) as wasmtime-wasi
-/// would: a directory, a regular file with its size, hard links and modification time,
-/// and a FIFO (held open by the test, never written to) answered at once, not waited on.
+/// would: a directory, a regular file with its size, hard links and modification time;
+/// a FIFO (held open by the test, never written to) is not opened at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stat_answers_as_wasi_would_for_a_directory_a_file_and_a_fifo() {
     let granted = tempfile::tempdir().unwrap();
@@ -310,7 +310,7 @@ async fn a_stat_answers_as_wasi_would_for_a_directory_a_file_and_a_fifo() {
     let config = [("hostile.target", dir.to_str().unwrap()), ("sandbox.fs.read", dir.to_str().unwrap())];
     let expected = format!(
         "dir: DescriptorType::Directory; data: DescriptorType::RegularFile 1234 bytes 2 links modified {modified}; \
-         fifo: DescriptorType::Unknown 0 bytes 1 links modified"
+         fifo: open failed: ErrorCode {{ code: 1, name: \"would-block\""
     );
     attack("stat-files", &config, Expect::Delivers(Box::leak(expected.into_boxed_str()))).await;
     drop(writer);

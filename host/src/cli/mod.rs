@@ -297,7 +297,11 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli.command)) {
+    let result = runtime.block_on(dispatch(cli.command));
+    // Everything was stopped within its deadline; a blocking-pool thread still held in the
+    // kernel by a plugin's call (a read of a device that never answers) is not waited for.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    match result {
         Ok(code) => code,
         // `sluice plugins | head -1`: the reader took what it wanted.
         Err(e) if e.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(is_broken_pipe)) => {

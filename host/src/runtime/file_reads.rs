@@ -13,14 +13,21 @@
 //! descriptor, which never waits for data. A read of anything else (a device, whose read
 //! may never return; a FIFO, which refuses a positional read) still goes to the blocking
 //! pool as before, so a plugin stuck on one holds no worker thread and is abandoned at
-//! its call deadline; so do calls that resolve a path or open a file (opening a FIFO
-//! waits for its writer).
+//! its call deadline; so do calls that resolve a path or open a file.
+//!
+//! Opening a FIFO waits for its writer, in the kernel, where no deadline reaches: the
+//! thread is never given back (a plugin that retried it would take the whole blocking
+//! pool, and with it every file call of every plugin). `descriptor.open-at` of a FIFO is
+//! refused (`would-block`) after a `stat-at` of the path, through the same grants; the
+//! rest is wasmtime-wasi's open.
 
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::WasiView;
-use wasmtime_wasi::filesystem::Descriptor;
+use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::clocks::wall_clock::Datetime;
-use wasmtime_wasi::p2::bindings::filesystem::types::{DescriptorStat, DescriptorType, ErrorCode};
+use wasmtime_wasi::p2::bindings::filesystem::types::{
+    DescriptorFlags, DescriptorStat, DescriptorType, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
+};
 
 /// The interface whose `descriptor.read` and `descriptor.stat` are replaced, as wasmtime-wasi registers it (a
 /// plugin importing an earlier 0.2 version is linked to it by semver).
@@ -34,9 +41,34 @@ const READ_MAX: usize = 64 << 10;
 /// (`add_to_linker_async`) already.
 pub fn answer_file_reads_and_stats_inline<T: WasiView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
-    let defined = replace_read(linker).and_then(|()| replace_stat(linker));
+    let defined = replace_read(linker).and_then(|()| replace_stat(linker)).and_then(|()| refuse_fifo_opens(linker));
     linker.allow_shadowing(false);
     defined
+}
+
+/// `[method]descriptor.open-at`, but a FIFO (or socket) at the path is refused with
+/// `would-block` rather than opened (see the module's header).
+fn refuse_fifo_opens<T: WasiView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    type Params = (Resource<Descriptor>, PathFlags, String, OpenFlags, DescriptorFlags);
+    linker.instance(FILESYSTEM_TYPES)?.func_wrap_async(
+        "[method]descriptor.open-at",
+        |mut store, (dir, path_flags, path, open_flags, flags): Params| {
+            Box::new(async move {
+                let mut view = store.data_mut().filesystem();
+                let at = Resource::<Descriptor>::new_borrow(dir.rep());
+                // What `stat-at` cannot tell (not found, not a directory) the open says.
+                if let Ok(stat) = view.stat_at(at, path_flags, path.clone()).await
+                    && stat.type_ == DescriptorType::Unknown
+                {
+                    return Ok((Err(ErrorCode::WouldBlock),));
+                }
+                Ok((match view.open_at(dir, path_flags, path, open_flags, flags).await {
+                    Ok(opened) => Ok(opened),
+                    Err(error) => Err(error.downcast()?),
+                },))
+            })
+        },
+    )
 }
 
 fn replace_stat<T: WasiView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {

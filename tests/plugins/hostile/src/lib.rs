@@ -5,7 +5,7 @@
 //! Attacks: `loop-in-poll`, `loop-in-tick`, `loop-in-start`, `loop-in-task-configs`, `grow-memory`, `huge-alloc`,
 //! `recursion`, `trap`, `panic` (a Rust panic naming `hostile.panic.cause`), `big-record`, `many-big-records`, `million-records`, `escape` (opens
 //! `hostile.target` and reports what happened as a record), `read-fifo` (reads the FIFO
-//! `hostile.target` with `descriptor.read` and reports the answer), `stat-files` (opens
+//! `hostile.target` with `descriptor.read` and reports the answer, or the open's), `stat-files` (opens
 //! the directory `hostile.target`, its regular file `data` and its FIFO `fifo`, and
 //! reports what `descriptor.stat` answers for each), `raise-error-flood`,
 //! `log-flood`, `print-flood`, `busy` (spins `hostile.busy.ms` per poll, for the fairness
