@@ -130,3 +130,38 @@ async fn a_connector_whose_new_config_fails_to_start_shows_no_stale_tasks() {
     let restart = host.herder.restart_task(&ns, 0).await;
     assert!(matches!(restart, Err(sluice::connect::HerderError::TaskNotFound(..))), "{restart:?}");
 }
+
+/// An update or a delete the store refuses (here: another process holds the database's
+/// write lock past its busy timeout, as Kafka away refuses it on Kafka storage) is an
+/// error and changes nothing: the connector runs on with its old config, and can be
+/// deleted once the store takes writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_or_delete_the_store_refuses_leaves_the_connector_running_as_it_was() {
+    let host = TestHost::new(&["counter"]).await;
+    let ns = sluice::storage::Namespace::new(sluice::config::DEFAULT_TENANT, "c");
+    // Its own writes wait on the lock too, and fail the task: restarted at once.
+    let restarts = [("restart.policy", "on-failure"), ("restart.backoff.initial.ms", "100")];
+    let mut old = vec![("topic", "old"), ("records.per.second", "200")];
+    old.extend_from_slice(&restarts);
+    host.start(connector("c", "counter", &old)).await;
+    wait_until("records", || (!host.values("old").is_empty()).then_some(())).await;
+
+    let db = rusqlite::Connection::open(host.data.path().join("sluice.db")).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut new = vec![("topic", "new"), ("records.per.second", "200")];
+    new.extend_from_slice(&restarts);
+    let update = connector("c", "counter", &new);
+    assert!(host.herder.put_config(update).await.is_err(), "the store took the new config");
+    assert!(host.herder.delete(&ns).await.is_err(), "the store took the delete");
+    db.execute_batch("COMMIT").unwrap();
+
+    let (config, _) = host.herder.connector(&ns).await.expect("still there");
+    assert_eq!(config.get("topic"), Some("old"));
+    let before = host.values("old").len();
+    wait_until("records go on to the old topic", || (host.values("old").len() > before).then_some(())).await;
+    host.wait_task("c", 0, State::Running).await;
+    assert_eq!(host.status("c").unwrap().connector.state, State::Running);
+    host.herder.delete(&ns).await.expect("deleted once the store takes writes");
+    assert!(host.herder.connector(&ns).await.is_none());
+    assert!(host.values("new").is_empty());
+}

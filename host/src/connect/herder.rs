@@ -415,11 +415,13 @@ impl Herder {
             let _ = run.control.send(Control::Restart { connector: true, tasks: Tasks::None });
             return Ok(false);
         }
+        // Stored first: a store that refuses the write (Kafka away) leaves the connector
+        // running as it was, as the answer says, not stopped until the next restart.
+        self.store_config(&ns, &config, target)?;
         let old = connectors.remove(&ns).expect("checked above");
         if let Some(run) = old.run {
             run.stop().await;
         }
-        self.store_config(&ns, &config, target)?;
         let entry = self.launch(&ns, config, admitted, target);
         connectors.insert(ns, entry);
         Ok(false)
@@ -439,11 +441,12 @@ impl Herder {
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let (config, target) = (change(&entry.config)?, entry.target);
         let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
+        // Stored first, as by `put_config`.
+        self.store_config(ns, &config, target)?;
         let old = connectors.remove(ns).expect("checked above");
         if let Some(run) = old.run {
             run.stop().await;
         }
-        self.store_config(ns, &config, target)?;
         let entry = self.launch(ns, config.clone(), admitted, target);
         connectors.insert(ns.clone(), entry);
         Ok(config)
@@ -772,11 +775,21 @@ impl Herder {
     /// Deletes a connector: stopped gracefully, then forgotten (its offsets stay).
     pub async fn delete(&self, ns: &Namespace) -> Result<(), HerderError> {
         let mut connectors = self.change().await;
-        let entry = connectors.remove(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
+        if !connectors.contains_key(ns) {
+            return Err(HerderError::NotFound(ns.connector.clone()));
+        }
+        // Forgotten in the store first: a delete the store refuses (Kafka away) leaves the
+        // connector running, to be deleted again, rather than stopped here and back at
+        // the next restart.
+        self.services.stores.configs().delete_connector(ns).map_err(HerderError::Store)?;
+        let entry = connectors.remove(ns).expect("checked above");
         if let Some(run) = entry.run {
             run.stop().await;
+            // What its stop wrote (its statuses) goes too.
+            if let Err(e) = self.services.stores.configs().delete_connector(ns) {
+                tracing::warn!(tenant = %ns.tenant, connector = %ns.connector, "deleted, but the statuses its stop wrote stay: {e:#}");
+            }
         }
-        self.services.stores.configs().delete_connector(ns).map_err(HerderError::Store)?;
         self.services.board.remove(ns);
         // A connector made again under the name starts with no active topics (KIP-558):
         // they were deleted with its config.
