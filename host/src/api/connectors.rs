@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{ApiState, bool_param, json_body, query_pairs};
-use crate::config::keys::{NAME, TENANT};
+use crate::config::keys::{CONNECTOR_CLASS, NAME, TENANT};
 use crate::config::{ConnectorConfig, DEFAULT_TENANT};
 use crate::connect::HerderError;
 use crate::storage::Namespace;
@@ -216,8 +216,12 @@ pub async fn create(
 /// (its create and update name all their errors, not the first only; the herder stops at
 /// the first, so the config is looked at whole again here, only when it was refused).
 async fn every_problem(state: &ApiState, config: &ConnectorConfig, error: HerderError) -> ApiError {
-    if !matches!(error, HerderError::Invalid(_)) {
-        return error.into();
+    // A refusal of the plugin itself (not found, failed to start, failed or timed out in
+    // `validate`) comes after every host key was found good: looking again would only
+    // call the plugin again, and wait out its deadline a second time.
+    match &error {
+        HerderError::Invalid(problem) if problem.key.as_deref() != Some(CONNECTOR_CLASS) => {}
+        _ => return error.into(),
     }
     let problems = state.herder.problems(config).await;
     if problems.len() < 2 {
