@@ -717,7 +717,8 @@ async fn list_plugins(plugin_path: &Path, data_dir: &DataDir, json: bool) -> any
             }
         }
         for rejected in registry.rejected() {
-            out!("rejected {}: {}", rejected.file.display(), rejected.reason)?;
+            let file = rejected.file.display().to_string();
+            out!("rejected {}: {}", crate::runtime::plugin_log::escape_controls(&file), rejected.reason)?;
         }
         out!("(every connector also takes the host's keys: `sluice plugins --json` lists them as host_config)")?;
     }

@@ -342,6 +342,24 @@ impl WorkerConfig {
                 "operator: token_sha256 must be 64 hex digits (see `sluice hash-token`)"
             );
         }
+        // Said of sluice.toml now, not of the first connector file that leaves the key out.
+        // Grants are left to each connector: a directory may be made after the worker starts.
+        let grants = [super::keys::SANDBOX_FS_READ, super::keys::SANDBOX_FS_WRITE];
+        let default_of = |key: &str| defaults.get(key).filter(|_| !grants.contains(&key)).map(String::as_str);
+        if let Err((key, reason)) = super::ConnectorSettings::parse(&default_of) {
+            anyhow::bail!("[defaults] {key}: {reason}");
+        }
+        let mut tokens: BTreeMap<String, &str> = BTreeMap::new();
+        if let Some(hash) = &file.operator.token_sha256 {
+            tokens.insert(hash.to_ascii_lowercase(), "the operator");
+        }
+        for tenant in tenants.values() {
+            if let Some(hash) = &tenant.token_sha256
+                && let Some(other) = tokens.insert(hash.to_ascii_lowercase(), &tenant.name)
+            {
+                anyhow::bail!("tenant {}: token_sha256 is also {other}'s: each needs a token of its own", tenant.name);
+            }
+        }
         let kafka = file.kafka.map(KafkaConfig::parse).transpose()?;
         let mut defaults = defaults;
         if file.storage.kind == StorageKind::Kafka {
@@ -461,6 +479,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(worker.defaults["sandbox.call.timeout.ms"], "2000");
+        let bad_default = WorkerConfig::parse("[defaults]\n\"tasks.max\" = \"0\"\n").unwrap_err().to_string();
+        assert!(bad_default.starts_with("[defaults] tasks.max: '0' is not a positive integer"), "{bad_default}");
+        let shared = format!(
+            "[[tenant]]\nname = \"a\"\ntoken_sha256 = \"{token_hash}\"\n[[tenant]]\nname = \"b\"\ntoken_sha256 = \"{}\"\n",
+            token_hash.to_ascii_uppercase()
+        );
+        let shared = WorkerConfig::parse(&shared).unwrap_err().to_string();
+        assert!(shared.contains("token_sha256 is also a's"), "{shared}");
         assert_eq!(worker.sandbox.max_instances, DEFAULT_MAX_INSTANCES);
         assert_eq!(WorkerConfig::parse("[sandbox]\nmax_instances = 11000\n").unwrap().sandbox.max_instances, 11000);
         let too_many = WorkerConfig::parse("[sandbox]\nmax_instances = 100000\n").unwrap_err().to_string();

@@ -23,6 +23,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
 use super::bindings::{ConfigKey, ConfigType, Importance, WORLD_VERSIONS, v0_1, v0_2, v0_3, v0_4};
+use super::plugin_log::escape_controls;
 use super::sandbox::{InstanceContext, Runtime, WorldPre};
 use crate::config::{ConfigKeyInfo, SandboxSettings};
 use crate::storage::{Namespace, OffsetStore};
@@ -238,7 +239,7 @@ impl Registry {
                 let reason = match std::fs::metadata(&path) {
                     // A plugin is named by its file's name, which configs must be able to say.
                     Ok(meta) if meta.is_file() && plugin_name(&path).is_none() => {
-                        "its name is not valid UTF-8: rename it (a plugin is named by its file name)".to_string()
+                        "its name is not valid UTF-8 or has a control character: rename it (a plugin is named by its file name)".to_string()
                     }
                     Ok(meta) if meta.is_file() => return Some((path, (meta.len(), meta.modified().ok()))),
                     Ok(meta) if meta.is_dir() => "a directory, not a component file".to_string(),
@@ -305,7 +306,7 @@ impl Registry {
                     folder.plugins.insert(plugin.name.clone(), Arc::new(plugin));
                 }
                 Err(reason) => {
-                    tracing::warn!("rejected plugin file {}: {reason}", file.display());
+                    tracing::warn!("rejected plugin file {}: {reason}", escape_controls(&file.display().to_string()));
                     folder.rejected.insert(file.clone(), Rejected { file: file.clone(), reason });
                     rejected.push(file);
                 }
@@ -366,12 +367,14 @@ fn read_bounded(file: &Path) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// The name a plugin file gives its plugin: none when configs, URLs and log lines could
+/// not say it (not UTF-8, or a control character such as a newline in it).
 fn plugin_name(file: &Path) -> Option<String> {
-    file.file_stem().and_then(|s| s.to_str()).map(String::from)
+    file.file_stem().and_then(|s| s.to_str()).filter(|name| !name.chars().any(char::is_control)).map(String::from)
 }
 
 async fn load_plugin(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result<Plugin, String> {
-    let name = file.file_stem().and_then(|s| s.to_str()).ok_or("file name is not valid UTF-8")?.to_string();
+    let name = plugin_name(file).ok_or("its name is not valid UTF-8 or has a control character")?;
     let started = Instant::now();
     let stat = std::fs::metadata(file).ok().map(|meta| (stat_key(file, &meta), settled(&meta)));
     let indexed = stat.as_ref().and_then(|(key, _)| std::fs::read_to_string(index_path(cache_dir, key)).ok());
@@ -672,5 +675,18 @@ mod tests {
         assert!(rejected[0].reason.contains("not valid UTF-8"), "{}", rejected[0].reason);
         let shown = serde_json::to_value(&rejected[0]).unwrap();
         assert_eq!(shown["file"], file.display().to_string());
+    }
+
+    #[tokio::test]
+    async fn a_file_whose_name_has_a_newline_is_named_with_the_reason() {
+        // Its name in a log line would start a line of its own.
+        let (dir, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(dir.path().join("new\nline.wasm"), b"\0asm\x0d\0\x01\0").unwrap();
+        let runtime = Runtime::new().unwrap();
+        let registry = Registry::load(&runtime, dir.path(), cache.path()).await.unwrap();
+        let rejected = registry.rejected();
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert!(rejected[0].reason.contains("control character"), "{}", rejected[0].reason);
+        assert!(registry.files_in_folder().is_empty(), "{:?}", registry.files_in_folder());
     }
 }
