@@ -571,6 +571,12 @@ async fn destination_kafka_is_refused_clearly_where_it_cannot_work() {
     let host = kafka_host(&cluster.bootstrap_servers(), true).await;
     let local = host.herder.start(connector("l", "counter", &[("topic", "t"), ("destination", "local")])).await;
     assert!(local.unwrap_err().to_string().contains("destination"));
+    // KIP-158's groups and other topic settings would be ignored: refused, naming the key.
+    for key in ["topic.creation.default.cleanup.policy", "topic.creation.groups"] {
+        let config = connector("c", "counter", &[("topic", "t"), (key, "compact")]);
+        let error = host.herder.start(config).await.unwrap_err().to_string();
+        assert!(error.contains(key) && error.contains("not supported"), "{error}");
+    }
     let tenants = format!("{}[[tenant]]\nname = \"acme\"\n", worker_toml(&cluster.bootstrap_servers(), true));
     host.herder.shutdown().await;
     let worker = WorkerConfig::parse(&tenants).unwrap();

@@ -10,7 +10,7 @@ use crate::config::HOST_KEYS;
 use crate::config::keys::{
     CONNECTOR_CLASS, DESTINATION, ERRORS_DEAD_LETTER_TOPIC, EXACTLY_ONCE_SUPPORT, NAME, PRODUCER_OVERRIDE_PREFIX,
     SANDBOX_CALL_TIMEOUT_MS, SANDBOX_FS_READ, SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES,
-    TASKS_MAX, TENANT,
+    TASKS_MAX, TENANT, TOPIC_CREATION_PARTITIONS, TOPIC_CREATION_REPLICATION,
 };
 use crate::config::transforms::{PREDICATES, TRANSFORMS};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DestinationKind, StorageKind, Transforms};
@@ -180,6 +180,17 @@ fn destination_problems(
             problems.push(config.error(&format!("{PRODUCER_OVERRIDE_PREFIX}{key}"), "needs destination=kafka"));
         }
         return problems;
+    }
+    // KIP-158's groups and topic settings would be ignored: a topic the user asked to be
+    // compacted would be made with the broker's deleting policy. Refused, not ignored.
+    for key in config.values.keys().filter(|key| {
+        key.starts_with("topic.creation.")
+            && ![TOPIC_CREATION_PARTITIONS, TOPIC_CREATION_REPLICATION].contains(&key.as_str())
+    }) {
+        problems.push(config.error(
+            key,
+            format!("not supported: new topics take {TOPIC_CREATION_PARTITIONS} and {TOPIC_CREATION_REPLICATION} only (no groups, no other topic settings); create the topic with its settings beforehand, or set the broker's defaults"),
+        ));
     }
     let Some(kafka) = kafka else {
         problems.push(config.error(
