@@ -204,3 +204,25 @@ async fn the_folder_is_live_added_replaced_half_copied_and_removed_files() {
     assert!(registry.names().is_empty() && registry.rejected().is_empty());
     assert_eq!(first.name, "counter", "a running connector's plugin lives on");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_files_slow_to_load_do_not_hold_up_one_added_beside_them() {
+    let (dir, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let runtime = Runtime::new().unwrap();
+    let registry = Registry::load(&runtime, dir.path(), cache.path()).await.unwrap();
+    // Three files whose `version` sleeps to its load deadline, and a good one that sorts
+    // after them: loaded one after another, it would wait out three deadlines first.
+    for slow in ["slow1", "slow2", "slow3"] {
+        std::fs::copy(plugin_file("slow-version"), dir.path().join(format!("{slow}.wasm"))).unwrap();
+    }
+    std::fs::copy(plugin_file("counter"), dir.path().join("zz-good.wasm")).unwrap();
+    let look = registry.refresh(&runtime);
+    let good_first =
+        crate::common::wait_until("zz-good loaded", || registry.get("zz-good").map(|_| registry.rejected().len()));
+    let (looked, rejected_before_good) = tokio::join!(look, good_first);
+    looked.unwrap();
+    assert!(rejected_before_good < 3, "the good plugin waited for all {rejected_before_good} slow files");
+    for slow in ["slow1.wasm", "slow2.wasm", "slow3.wasm"] {
+        assert_reason(&registry, slow, "version");
+    }
+}

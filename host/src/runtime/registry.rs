@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -145,6 +146,11 @@ impl Drop for LoadTurn<'_> {
         }
     }
 }
+
+/// Plugin files loaded at once by one look at the folder: enough that a few slow ones
+/// do not hold up the rest, few enough that compiling them does not take every core and
+/// gigabytes of memory at once.
+const LOADS_AT_ONCE: usize = 4;
 
 const WASM_MAGIC: &[u8] = b"\0asm";
 const NOT_WASM: &str = "not a WebAssembly file (it does not start with the \\0asm magic number)";
@@ -275,44 +281,62 @@ impl Registry {
                 .map(|(p, _)| p.clone())
                 .collect()
         };
+        // Several at once: a file whose plugin is slow to load (a `version` that sleeps to
+        // its deadline) holds up only its own slot, not every file after it.
+        let outcomes: Vec<Option<Result<String, PathBuf>>> = futures_util::stream::iter(changed)
+            .map(|file| self.load_file(runtime, file))
+            .buffer_unordered(LOADS_AT_ONCE)
+            .collect()
+            .await;
         let (mut loaded, mut rejected) = (Vec::new(), Vec::new());
-        for file in changed {
-            // One load of a file at a time: the background look and a connector's load on
-            // demand do not both compile it, and the one that waited finds it done.
-            let lock = self.loading.lock().unwrap().entry(file.clone()).or_default().clone();
-            let guard = lock.clone().lock_owned().await;
-            let _turn = LoadTurn { loading: &self.loading, file: file.clone(), lock, guard: Some(guard) };
-            let Ok(meta) = std::fs::metadata(&file) else { continue }; // removed meanwhile
-            let stamp = (meta.len(), meta.modified().ok());
-            if self.folder.read().unwrap().seen.get(&file) == Some(&stamp) {
-                continue; // loaded as it is now while this look waited
-            }
-            let result = load_plugin(runtime, &file, &self.cache_dir).await;
-            let mut folder = self.folder.write().unwrap();
-            // Stamped as it was before the load: changed during it, it is loaded again.
-            folder.seen.insert(file.clone(), stamp);
-            match result {
-                Ok(plugin) => {
-                    tracing::info!(
-                        plugin = %plugin.name,
-                        version = %plugin.version,
-                        "{} {} in {} ms",
-                        if plugin.from_cache { "loaded compiled plugin from cache" } else { "compiled plugin" },
-                        file.display(),
-                        plugin.compile_time.as_millis()
-                    );
-                    folder.rejected.remove(&file);
-                    loaded.push(plugin.name.clone());
-                    folder.plugins.insert(plugin.name.clone(), Arc::new(plugin));
-                }
-                Err(reason) => {
-                    tracing::warn!("rejected plugin file {}: {reason}", escape_controls(&file.display().to_string()));
-                    folder.rejected.insert(file.clone(), Rejected { file: file.clone(), reason });
-                    rejected.push(file);
-                }
+        for outcome in outcomes.into_iter().flatten() {
+            match outcome {
+                Ok(name) => loaded.push(name),
+                Err(file) => rejected.push(file),
             }
         }
         Ok((loaded, rejected))
+    }
+
+    /// Loads one plugin file and files it among the plugins or the rejected: its plugin's
+    /// name, or the file when rejected; `None` when there was nothing to do (removed, or
+    /// loaded as it is now by another look meanwhile).
+    async fn load_file(&self, runtime: &Runtime, file: PathBuf) -> Option<Result<String, PathBuf>> {
+        // One load of a file at a time: the background look and a connector's load on
+        // demand do not both compile it, and the one that waited finds it done.
+        let lock = self.loading.lock().unwrap().entry(file.clone()).or_default().clone();
+        let guard = lock.clone().lock_owned().await;
+        let _turn = LoadTurn { loading: &self.loading, file: file.clone(), lock, guard: Some(guard) };
+        let meta = std::fs::metadata(&file).ok()?; // removed meanwhile
+        let stamp = (meta.len(), meta.modified().ok());
+        if self.folder.read().unwrap().seen.get(&file) == Some(&stamp) {
+            return None; // loaded as it is now while this look waited
+        }
+        let result = load_plugin(runtime, &file, &self.cache_dir).await;
+        let mut folder = self.folder.write().unwrap();
+        // Stamped as it was before the load: changed during it, it is loaded again.
+        folder.seen.insert(file.clone(), stamp);
+        Some(match result {
+            Ok(plugin) => {
+                tracing::info!(
+                    plugin = %plugin.name,
+                    version = %plugin.version,
+                    "{} {} in {} ms",
+                    if plugin.from_cache { "loaded compiled plugin from cache" } else { "compiled plugin" },
+                    file.display(),
+                    plugin.compile_time.as_millis()
+                );
+                folder.rejected.remove(&file);
+                let name = plugin.name.clone();
+                folder.plugins.insert(name.clone(), Arc::new(plugin));
+                Ok(name)
+            }
+            Err(reason) => {
+                tracing::warn!("rejected plugin file {}: {reason}", escape_controls(&file.display().to_string()));
+                folder.rejected.insert(file.clone(), Rejected { file: file.clone(), reason });
+                Err(file)
+            }
+        })
     }
 
     /// The plugin named `name` (its file's name without `.wasm`), as loaded now.
