@@ -53,7 +53,8 @@ const WORKER_KEYS: &[(&str, &str)] = &[
 ];
 
 /// Client settings Sluice decides itself, per client.
-const MANAGED_CLIENT_KEYS: &[&str] = &["transactional.id", "enable.idempotence", "isolation.level"];
+const MANAGED_CLIENT_KEYS: &[&str] =
+    &["transactional.id", "enable.idempotence", "isolation.level", "acks", "partitioner"];
 
 impl KafkaConfig {
     /// `bootstrap.servers`, the brokers every client starts from (checked present).
@@ -132,6 +133,15 @@ impl KafkaConfig {
             values.get("bootstrap.servers").is_some_and(|s| !s.trim().is_empty()),
             "[kafka] bootstrap.servers: missing (the brokers to connect to, host:port,...)"
         );
+        // librdkafka checks each setting's name and value as it is set, which makes no
+        // client: a bad one is said now, not by each connector's failure to make its own.
+        let mut probe = rdkafka::ClientConfig::new();
+        for (key, value) in &values {
+            probe.set(key, value);
+        }
+        if let Err(e) = probe.create_native_config() {
+            anyhow::bail!("[kafka]: {e}");
+        }
         Ok(KafkaConfig { client: values, offsets, configs, statuses, group_id, exactly_once_source })
     }
 }
@@ -216,5 +226,12 @@ mod tests {
                 .contains("exactly.once")
         );
         assert!(error("\"bootstrap.servers\" = \"b\"\n\"transactional.id\" = \"x\"\n").contains("transactional.id"));
+        assert!(error("\"bootstrap.servers\" = \"b\"\n\"acks\" = \"1\"\n").contains("acks"));
+        // librdkafka's own check of every setting, at load.
+        let unknown = error("\"bootstrap.servers\" = \"b\"\n\"no.such.key\" = \"1\"\n");
+        assert!(unknown.starts_with("[kafka]") && unknown.contains("no.such.key"), "{unknown}");
+        let bad_value = error("\"bootstrap.servers\" = \"b\"\n\"linger.ms\" = \"soon\"\n");
+        assert!(bad_value.contains("linger.ms"), "{bad_value}");
+        parse("\"bootstrap.servers\" = \"b\"\n\"linger.ms\" = 5\n\"security.protocol\" = \"plaintext\"\n").unwrap();
     }
 }
