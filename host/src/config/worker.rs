@@ -398,18 +398,11 @@ impl WorkerConfig {
         self.tenants.values()
     }
 
-    pub fn tenant_names(&self) -> Vec<String> {
-        self.tenants.keys().cloned().collect()
-    }
-
     /// The names a connector's `tenant` may take, for an error that lists them: every
     /// declared tenant, and `default` (which always exists, without quotas unless declared).
     pub fn tenant_choices(&self) -> String {
-        let mut names = self.tenant_names();
-        if !self.tenants.contains_key(DEFAULT_TENANT) {
-            names.push(DEFAULT_TENANT.to_string());
-        }
-        names.join(", ")
+        let undeclared_default = (!self.tenants.contains_key(DEFAULT_TENANT)).then_some(DEFAULT_TENANT);
+        self.tenants.keys().map(String::as_str).chain(undeclared_default).collect::<Vec<_>>().join(", ")
     }
 
     /// The tenant whose token this is.

@@ -29,17 +29,18 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, DescriptorStat, DescriptorType, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
 };
 
-/// The interface whose `descriptor.read` and `descriptor.stat` are replaced, as wasmtime-wasi registers it (a
-/// plugin importing an earlier 0.2 version is linked to it by semver).
+/// The interface whose `descriptor.read`, `descriptor.stat` and `descriptor.open-at` are
+/// replaced, as wasmtime-wasi registers it (a plugin importing an earlier 0.2 version is
+/// linked to it by semver).
 const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
 
 /// wasmtime-wasi's cap on one read, kept so a plugin sees the same short reads.
 const READ_MAX: usize = 64 << 10;
 
-/// Replaces `[method]descriptor.read` and `[method]descriptor.stat` of
-/// `wasi:filesystem/types` in a linker that has wasmtime-wasi's bindings
-/// (`add_to_linker_async`) already.
-pub fn answer_file_reads_and_stats_inline<T: WasiView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+/// Replaces `[method]descriptor.read`, `[method]descriptor.stat` and
+/// `[method]descriptor.open-at` of `wasi:filesystem/types` in a linker that has
+/// wasmtime-wasi's bindings (`add_to_linker_async`) already.
+pub fn replace_file_calls<T: WasiView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let defined = replace_read(linker).and_then(|()| replace_stat(linker)).and_then(|()| refuse_fifo_opens(linker));
     linker.allow_shadowing(false);

@@ -186,7 +186,7 @@ impl Runtime {
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        super::file_reads::answer_file_reads_and_stats_inline(&mut linker)?;
+        super::file_reads::replace_file_calls(&mut linker)?;
         v0_1::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         v0_2::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         v0_3::SourceConnector::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
