@@ -719,7 +719,12 @@ async fn listed_and_move_folders_removed_and_made_again_are_followed() {
         std::fs::create_dir(dir).unwrap();
     }
     drop_file(dirs.inbox.path(), "b.txt", b"b1\nb2\n");
-    wait_until("b.txt archived in the new folder", || dirs.done.path().join("b.txt").exists().then_some(())).await;
+    // Archived in two steps (linked under done/, then its claimed name in the inbox
+    // removed): both are waited for.
+    wait_until("b.txt archived in the new folder", || {
+        (dirs.done.path().join("b.txt").exists() && files_in(dirs.inbox.path()).is_empty()).then_some(())
+    })
+    .await;
     assert_eq!(host.values("lines"), ["a1", "a2", "b1", "b2"], "a line lost or sent twice");
     assert_eq!(files_in(dirs.inbox.path()), Vec::<String>::new());
     let status = host.herder.status("pulse").unwrap();
