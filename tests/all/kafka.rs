@@ -548,6 +548,24 @@ async fn a_broker_outage_loses_nothing_and_the_task_recovers_by_itself() {
     host.herder.shutdown().await;
 }
 
+/// A cluster that cannot be reached (here: nothing listens at `bootstrap.servers`): the
+/// waiting task says why, in librdkafka's words, not only how long it has waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_on_an_unreachable_cluster_says_why() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bootstrap = format!("127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let host = kafka_host(&bootstrap, false).await;
+    host.start(connector("count", "counter", &[("topic", "numbers"), ("destination", "kafka")])).await;
+    let trace = wait_until("the task saying why its batch waits", || {
+        host.status("count")?.tasks.first()?.trace.clone().filter(|t| t.contains("the Kafka client's latest error"))
+    })
+    .await;
+    assert!(trace.contains("delivery"), "{trace}");
+    assert!(trace.contains(&bootstrap) && trace.contains("Connection refused"), "{trace}");
+    host.herder.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn destination_kafka_is_refused_clearly_where_it_cannot_work() {
     let host = TestHost::new(&["counter"]).await;

@@ -737,10 +737,14 @@ async fn settle_delivery(
                 }
                 _ = tokio::time::sleep(SLOW_DELIVERY) => {
                     waited += 1;
-                    let trace = format!(
+                    let mut trace = format!(
                         "delivery waiting: the destination has not taken the batch for {} s",
                         waited * SLOW_DELIVERY.as_secs() as u32
                     );
+                    if let Some(reason) = destination.waiting_reason() {
+                        trace.push_str("; ");
+                        trace.push_str(&reason);
+                    }
                     board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
                 }
             }
@@ -752,7 +756,11 @@ async fn settle_delivery(
                 // say so in the status, and try again before anything queued after it.
                 let delay = DELIVERY_RETRY_BACKOFF.backoff(retries);
                 retries = retries.saturating_add(1);
-                let trace = format!("delivery failed ({error:#}); retrying in {delay:?} (attempt {retries})");
+                let mut trace = format!("delivery failed ({error:#}); retrying in {delay:?} (attempt {retries})");
+                if let Some(reason) = destination.waiting_reason() {
+                    trace.push_str("; ");
+                    trace.push_str(&reason);
+                }
                 noted = true;
                 board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
                 tokio::select! {

@@ -32,8 +32,8 @@ use super::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery};
 use crate::config::TransactionBoundary;
 use crate::config::{DEFAULT_TENANT, KafkaConfig, KafkaSettings};
 use crate::storage::kafka::{
-    KafkaBackend, KafkaLog, SharedProducer, admin_client, client_config, existing_topics, is_passing, offset_key,
-    qualified_name,
+    ClientTrouble, KafkaBackend, KafkaLog, SharedProducer, admin_client, client_config, existing_topics, is_passing,
+    offset_key, qualified_name,
 };
 use crate::storage::{Namespace, OffsetStore, RecordBatch};
 
@@ -41,6 +41,9 @@ use crate::storage::{Namespace, OffsetStore, RecordBatch};
 /// producer's `message.timeout.ms` unless overridden).
 const DELIVERY_TIMEOUT_MS: &str = "120000";
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How old a client error may be and still be given as why a batch waits: librdkafka
+/// says a broker's failure again at most about every 30 s while it lasts.
+const TROUBLE_RECENT: Duration = Duration::from_secs(60);
 
 pub struct KafkaDestination {
     kafka: KafkaConfig,
@@ -80,17 +83,20 @@ impl KafkaDestination {
         for (key, value) in overrides {
             config.set(key, value);
         }
+        let trouble = Arc::new(ClientTrouble::default());
+        let context = KafkaLog::noting(trouble.clone());
         // Exactly-once sends through each task's transactional producer only.
         let producer = match exactly_once {
             Some(_) => None,
-            None => Some(Arc::new(SharedProducer::new(config, "cannot make a Kafka producer")?)),
+            None => Some(Arc::new(SharedProducer::new(config, context.clone(), "cannot make a Kafka producer")?)),
         };
         let prefix = if tenant == DEFAULT_TENANT { String::new() } else { format!("{tenant}.") };
         let topics = Arc::new(TopicMaker {
             prefix,
             kafka: kafka.clone(),
-            admin: admin_client(kafka)?,
+            admin: admin_client(kafka, context)?,
             settings: settings.clone(),
+            trouble,
             ready: Mutex::default(),
         });
         Ok(KafkaDestination {
@@ -122,9 +128,16 @@ struct TopicMaker {
     settings: KafkaSettings,
     /// Topics known to exist.
     ready: Mutex<HashSet<String>>,
+    /// The latest error of the connector's clients (every one of them notes it here).
+    trouble: Arc<ClientTrouble>,
 }
 
 impl TopicMaker {
+    /// The connector's clients' latest error, if recent enough to be why a batch waits.
+    fn waiting_reason(&self) -> Option<String> {
+        self.trouble.recent(TROUBLE_RECENT).map(|error| format!("the Kafka client's latest error: {error}"))
+    }
+
     fn name(&self, topic: &str) -> String {
         format!("{}{topic}", self.prefix)
     }
@@ -250,7 +263,8 @@ impl Destination for KafkaDestination {
             if let Some(backend) = &self.exactly_once {
                 backend.claim_transactional_id(&id);
             }
-            let producer = transactional_producer(&self.kafka, &self.overrides, &id)?;
+            let context = KafkaLog::noting(self.topics.trouble.clone());
+            let producer = transactional_producer(&self.kafka, &self.overrides, &id, context)?;
             producer
                 .init_transactions(TRANSACTION_TIMEOUT)
                 .map_err(|e| anyhow::anyhow!("cannot fence the retired task {task}: {e}"))?;
@@ -415,6 +429,10 @@ fn wait_for_delivery(
 }
 
 impl Destination for AtLeastOnceTask {
+    fn waiting_reason(&self) -> Option<String> {
+        self.topics.waiting_reason()
+    }
+
     fn deliver(
         &self,
         ns: &Namespace,
@@ -452,6 +470,7 @@ fn transactional_producer(
     kafka: &KafkaConfig,
     overrides: &BTreeMap<String, String>,
     id: &str,
+    context: KafkaLog,
 ) -> anyhow::Result<FutureProducer<KafkaLog>> {
     let mut config = client_config(
         kafka,
@@ -467,7 +486,7 @@ fn transactional_producer(
         config.set(key, value);
     }
     config
-        .create_with_context(KafkaLog)
+        .create_with_context(context)
         .map_err(|e| anyhow::anyhow!("cannot make a transactional Kafka producer ({id}): {e}"))
 }
 
@@ -515,6 +534,7 @@ impl TransactionalTask {
         let superseded = backend.claim_transactional_id(&id);
         let (kafka, overrides, made_id, instance) =
             (parent.kafka.clone(), parent.overrides.clone(), id.clone(), superseded.clone());
+        let context = KafkaLog::noting(parent.topics.trouble.clone());
         let new_producer = Box::new(move || {
             // An instance given up on may still be working (its commit waiting on a broker
             // that is away) when the task's next one starts: initialising the id then
@@ -524,7 +544,7 @@ impl TransactionalTask {
                     "transactional.id {made_id}: a newer instance of this task started in this worker; this one stops without a new producer"
                 );
             }
-            let producer = transactional_producer(&kafka, &overrides, &made_id)?;
+            let producer = transactional_producer(&kafka, &overrides, &made_id, context.clone())?;
             producer.init_transactions(TRANSACTION_TIMEOUT).map_err(|e| classify(&made_id, e))?;
             Ok(producer)
         });
@@ -698,6 +718,10 @@ fn classify(id: &str, error: KafkaError) -> anyhow::Error {
 }
 
 impl Destination for TransactionalTask {
+    fn waiting_reason(&self) -> Option<String> {
+        self.topics.waiting_reason()
+    }
+
     /// `gate` is not needed to keep a batch given up on from committing: the task's next
     /// instance's producer fences this one (its `init_transactions` aborts whatever this one
     /// left open). It only ends a wait for room in a full queue.

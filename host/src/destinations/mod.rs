@@ -55,6 +55,13 @@ pub trait Destination: Send + Sync {
         false
     }
 
+    /// Why a batch may be waiting, as far as the destination knows (a Kafka client's
+    /// latest error: a broker refusing connections, a name that does not resolve), said in
+    /// the task's status beside how long it has waited.
+    fn waiting_reason(&self) -> Option<String> {
+        None
+    }
+
     /// Tasks `tasks` no longer exist: fence any instance of them still writing elsewhere.
     fn retire_tasks(&self, _ns: &Namespace, _tasks: std::ops::Range<u32>) -> anyhow::Result<()> {
         Ok(())

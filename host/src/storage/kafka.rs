@@ -60,9 +60,19 @@ const WRITE_TIMEOUT_MS: &str = "60000";
 /// The context of every Kafka client Sluice makes: librdkafka's own log lines go to the
 /// `librdkafka` tracing target at debug level (a broker that is away is retried every
 /// second by every client, and the tasks' statuses already say so), its serious errors at
-/// warn; a partition's end is not an error.
-#[derive(Clone, Copy, Default)]
-pub struct KafkaLog;
+/// warn; a partition's end is not an error. A destination's clients also note their latest
+/// error in its [`ClientTrouble`], so a task waiting on the cluster can say why.
+#[derive(Clone, Default)]
+pub struct KafkaLog {
+    trouble: Option<Arc<ClientTrouble>>,
+}
+
+impl KafkaLog {
+    /// A context whose clients note their errors in `trouble`.
+    pub fn noting(trouble: Arc<ClientTrouble>) -> KafkaLog {
+        KafkaLog { trouble: Some(trouble) }
+    }
+}
 
 impl ClientContext for KafkaLog {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
@@ -75,8 +85,14 @@ impl ClientContext for KafkaLog {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        match error.rdkafka_error_code() {
-            Some(RDKafkaErrorCode::PartitionEOF) => {}
+        let code = error.rdkafka_error_code();
+        if code == Some(RDKafkaErrorCode::PartitionEOF) {
+            return;
+        }
+        if let Some(trouble) = &self.trouble {
+            trouble.note(code == Some(RDKafkaErrorCode::AllBrokersDown), reason);
+        }
+        match code {
             Some(
                 RDKafkaErrorCode::BrokerTransportFailure
                 | RDKafkaErrorCode::AllBrokersDown
@@ -87,6 +103,35 @@ impl ClientContext for KafkaLog {
         }
     }
 }
+
+/// The latest error some Kafka clients reported (a broker refusing connections, a name
+/// that does not resolve, a failed authentication) and when. A task whose batch waits on
+/// the cluster only knew how long it had waited; librdkafka says why only to its error
+/// callback.
+#[derive(Default)]
+pub struct ClientTrouble(Mutex<Option<(Instant, String)>>);
+
+impl ClientTrouble {
+    /// `summary`: librdkafka's "N/N brokers are down", which follows each broker's own
+    /// error and says less, so it does not replace one of those.
+    fn note(&self, summary: bool, reason: &str) {
+        let mut latest = self.0.lock().unwrap();
+        let fresh = latest.as_ref().is_some_and(|(at, _)| at.elapsed() < TROUBLE_KEPT_OVER_SUMMARY);
+        if !(summary && fresh) {
+            *latest = Some((Instant::now(), reason.to_string()));
+        }
+    }
+
+    /// The latest error, if one came within `within`: `<reason> (<n> s ago)`.
+    pub fn recent(&self, within: Duration) -> Option<String> {
+        let latest = self.0.lock().unwrap();
+        let (at, reason) = latest.as_ref().filter(|(at, _)| at.elapsed() <= within)?;
+        Some(format!("{reason} ({} s ago)", at.elapsed().as_secs()))
+    }
+}
+
+/// How long a broker's own error is kept over a later "all brokers are down".
+const TROUBLE_KEPT_OVER_SUMMARY: Duration = Duration::from_secs(30);
 
 impl ConsumerContext for KafkaLog {}
 
@@ -175,9 +220,9 @@ pub fn is_passing(code: RDKafkaErrorCode) -> bool {
 }
 
 /// An admin client that never creates a topic by asking about it.
-pub fn admin_client(kafka: &KafkaConfig) -> anyhow::Result<AdminClient<KafkaLog>> {
+pub fn admin_client(kafka: &KafkaConfig, context: KafkaLog) -> anyhow::Result<AdminClient<KafkaLog>> {
     client_config(kafka, &[("allow.auto.create.topics", "false")])
-        .create_with_context(KafkaLog)
+        .create_with_context(context)
         .context("[kafka]: cannot make an admin client")
 }
 
@@ -269,19 +314,24 @@ type Entry = (Vec<u8>, Option<Vec<u8>>);
 /// its place; the others then use that one.
 pub struct SharedProducer {
     config: ClientConfig,
+    context: KafkaLog,
     current: Mutex<FutureProducer<KafkaLog>>,
     /// What making one fails with (`<this>: <librdkafka's reason>`).
     cannot_make: &'static str,
 }
 
 impl SharedProducer {
-    pub fn new(config: ClientConfig, cannot_make: &'static str) -> anyhow::Result<SharedProducer> {
-        let producer = Self::make(&config, cannot_make)?;
-        Ok(SharedProducer { config, current: Mutex::new(producer), cannot_make })
+    pub fn new(config: ClientConfig, context: KafkaLog, cannot_make: &'static str) -> anyhow::Result<SharedProducer> {
+        let producer = Self::make(&config, &context, cannot_make)?;
+        Ok(SharedProducer { config, context, current: Mutex::new(producer), cannot_make })
     }
 
-    fn make(config: &ClientConfig, cannot_make: &'static str) -> anyhow::Result<FutureProducer<KafkaLog>> {
-        config.create_with_context::<KafkaLog, FutureProducer<KafkaLog>>(KafkaLog).context(cannot_make)
+    fn make(
+        config: &ClientConfig,
+        context: &KafkaLog,
+        cannot_make: &'static str,
+    ) -> anyhow::Result<FutureProducer<KafkaLog>> {
+        config.create_with_context::<KafkaLog, FutureProducer<KafkaLog>>(context.clone()).context(cannot_make)
     }
 
     pub fn get(&self) -> FutureProducer<KafkaLog> {
@@ -295,7 +345,7 @@ impl SharedProducer {
         let mut current = self.current.lock().unwrap();
         if current.client().native_ptr() == used.client().native_ptr() {
             tracing::warn!("a Kafka producer stopped for good ({fatal}); a new one takes its place");
-            *current = Self::make(&self.config, self.cannot_make)?;
+            *current = Self::make(&self.config, &self.context, self.cannot_make)?;
         }
         Ok(Some(fatal))
     }
@@ -330,7 +380,7 @@ impl TopicView {
                 ("enable.partition.eof", "true"),
             ],
         )
-        .create_with_context(KafkaLog)
+        .create_with_context(KafkaLog::default())
         .context("[kafka]: cannot make a consumer")?;
         let metadata = consumer
             .fetch_metadata(Some(topic), STARTUP_TIMEOUT)
@@ -493,7 +543,7 @@ struct StoredConfig {
 impl KafkaBackend {
     /// Connects, makes or checks the three topics, and reads each to its end.
     pub fn open(kafka: &KafkaConfig) -> anyhow::Result<Arc<KafkaBackend>> {
-        let admin = admin_client(kafka)?;
+        let admin = admin_client(kafka, KafkaLog::default())?;
         ensure_compacted_topics(
             &admin,
             kafka.bootstrap_servers(),
@@ -514,6 +564,7 @@ impl KafkaBackend {
                     ("message.timeout.ms", WRITE_TIMEOUT_MS),
                 ],
             ),
+            KafkaLog::default(),
             "[kafka]: cannot make a producer",
         )?);
         let view = |topic: &InternalTopic| TopicView { topic: topic.name.clone(), producer: producer.clone() };
