@@ -114,6 +114,7 @@ fn a_tenant_signs_in_and_runs_a_counter_from_create_to_delete() {
         (states == json!(["RUNNING", "RUNNING"])).then_some(())
     });
     browser.wait_text("#topics", "the topic it writes to (KIP-558)", |t| t == "clicks");
+    browser.wait_text("#task-count", "two tasks", |t| t == "2");
     browser.click("#nav-connectors");
     let rate = wait_until("records/s above zero", || {
         let rate: f64 = row_cell(&browser, "clicks", ".rate")?.replace(',', "").parse().ok()?;
@@ -138,6 +139,7 @@ fn a_tenant_signs_in_and_runs_a_counter_from_create_to_delete() {
     server.wait_for("PAUSED in the API", "/connectors/clicks/status", Some(ACME), |s| all_in(s, "PAUSED", 2));
     browser.click("button[data-action='stop']");
     browser.element("h1 span[data-state='STOPPED']");
+    browser.wait_text("#task-count", "no tasks once stopped", |t| t == "0");
     wait_until("both tasks' offsets listed", || {
         let rows = browser.script("return document.querySelectorAll('#offsets tr.offset').length", json!([]));
         (rows == json!(2)).then_some(())
@@ -195,6 +197,11 @@ fn a_tenant_signs_in_and_runs_a_counter_from_create_to_delete() {
     browser.type_into("#token", OPERATOR);
     browser.click("#sign-in");
     browser.element("#connectors tr[data-connector='globex/globex-secret']");
+
+    // A token refused while signed in (revoked, the worker restarted with another): the
+    // form says so, although each refresh's requests all got the 401.
+    browser.script("app.token = 'revoked'", json!([]));
+    browser.wait_text("#signin-message", "the refusal", |t| t.contains("refused") && t.contains("not valid"));
     assert!(!browser.alert_open());
     assert_no_script_errors(&browser);
 }
@@ -288,6 +295,50 @@ fn progress_failures_and_hostile_names_render_as_text() {
     browser.type_into("#offset-search", "orders");
     browser.element("#offsets .progress");
     browser.screenshot(&screenshot_path("file-progress"));
+
+    // An offset saved unchanged is the offset stored, to the last digit: file-pulse's file
+    // times are nanoseconds, past what a JavaScript number holds (a rounded one made the
+    // file look changed, and it was read again).
+    let stored = || server.get("/connectors/files/offsets").json()["offsets"][0].clone();
+    let before = stored();
+    let mtime = before["offset"]["mtime"].as_u64().expect("file-pulse's offset has its file's mtime");
+    assert!(mtime > 1 << 53, "a time in nanoseconds: {mtime}");
+    assert_eq!(server.call("PUT", "/connectors/files/stop", None, None).status, 204);
+    browser.element("h1 span[data-state='STOPPED']");
+    browser.wait_text("#offsets tbody", "the exact mtime", |t| t.contains(&mtime.to_string()));
+    browser.click("#offsets tr.offset button.edit-offset:not([disabled])");
+    browser.click("#offsets button.primary");
+    browser.wait_text("#action-message", "the save", |t| t.contains("Offset saved"));
+    assert_eq!(stored(), before, "saved unchanged, stored unchanged");
+    // A partition holding such a number is saved to, not one next to it.
+    let wide = json!({"offsets": [{"partition": {"counter": 9007199254740993u64}, "offset": {"seq": 1}}]});
+    assert_eq!(server.call("PATCH", "/connectors/files/offsets", None, Some(&wide.to_string())).status, 200);
+    browser.type_into("#offset-search", "9007199254740993");
+    browser.click("#offsets tr.offset button.edit-offset:not([disabled])");
+    browser.type_into("#offsets textarea.offset-editor", "{\"seq\": 12345678901234567890}");
+    browser.click("#offsets button.primary");
+    let saved = wait_until("the second save in the API", || {
+        let offsets = server.get("/connectors/files/offsets").json()["offsets"].as_array()?.clone();
+        offsets.into_iter().find(|o| o["offset"] == json!({"seq": 12345678901234567890u64}))
+    });
+    assert_eq!(saved["partition"], json!({"counter": 9007199254740993u64}));
+    assert_eq!(server.get("/connectors/files/offsets").json()["offsets"].as_array().unwrap().len(), 2);
+
+    // An opened task trace stays open while the page refreshes.
+    browser.goto(&format!("{}/#/connector/broken", server.base));
+    browser.click("#tasks details summary");
+    let refreshes = || browser.script("return Number(document.body.dataset.refreshes || 0)", json!([])).as_u64();
+    let opened_at = refreshes().unwrap();
+    wait_until("two refreshes after", || (refreshes()? >= opened_at + 2).then_some(()));
+    assert_eq!(browser.script("return document.querySelector('#tasks details').open", json!([])), json!(true));
+
+    // A link typed by hand to a connector named `100%` (not valid percent-encoding), before
+    // the connector exists: "Not found", then the connector once it is made.
+    browser.goto(&format!("{}/#/connector/100%", server.base));
+    browser.wait_text("main", "not found", |t| t.contains("Not found"));
+    create(json!({"name": "100%", "config": {"connector.class": "counter", "topic": "pct", "records.per.second": "5"}}));
+    browser.wait_text("h1", "the connector made after", |t| t.starts_with("100%"));
+    browser.element("h1 span[data-state='RUNNING']");
     assert!(!browser.alert_open());
     assert_no_script_errors(&browser);
 }

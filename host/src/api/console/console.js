@@ -56,7 +56,7 @@ function clear(node) {
 }
 
 function badge(state) {
-  const known = ['RUNNING', 'PAUSED', 'STOPPED', 'FAILED', 'UNASSIGNED', 'RESTARTING'];
+  const known = ['RUNNING', 'PAUSED', 'STOPPED', 'FAILED', 'FINISHED', 'UNASSIGNED', 'RESTARTING'];
   return el('span', { class: 'badge ' + (known.includes(state) ? state : ''), text: state || '?' });
 }
 
@@ -86,25 +86,122 @@ function json(value) {
   return JSON.stringify(value);
 }
 
+// ---- Offsets, exactly as stored ------------------------------------------------------
+
+// A plugin's partitions and offsets are any JSON, and their integers may pass 2^53
+// (file-pulse's file times are nanoseconds): JSON.parse would round them, so an offset
+// saved unchanged would not be the one stored, and a partition saved to would not be the
+// one read. They are parsed keeping each number's text, and written back from it.
+class ExactNumber {
+  constructor(text) {
+    this.text = text;
+  }
+}
+
+function numberOf(value) {
+  return value instanceof ExactNumber ? Number(value.text) : value;
+}
+
+function parseExact(text) {
+  const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
+  const STRING = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/y;
+  let i = 0;
+  const fail = (what) => {
+    throw new SyntaxError(what + ' at position ' + i);
+  };
+  const space = () => {
+    while (i < text.length && ' \t\n\r'.includes(text[i])) i++;
+  };
+  const match = (pattern) => {
+    pattern.lastIndex = i;
+    const found = pattern.exec(text);
+    if (!found) return null;
+    i = pattern.lastIndex;
+    return found[0];
+  };
+  const string = () => {
+    const token = match(STRING);
+    if (token === null) fail('a bad string');
+    return JSON.parse(token);
+  };
+  const value = () => {
+    space();
+    const c = text[i];
+    if (c === '{') {
+      i++;
+      const object = {};
+      space();
+      if (text[i] === '}') return i++, object;
+      for (;;) {
+        space();
+        if (text[i] !== '"') fail('expected a key');
+        const key = string();
+        space();
+        if (text[i++] !== ':') fail("expected ':'");
+        // defineProperty: a key named __proto__ is a key like any other.
+        Object.defineProperty(object, key, { value: value(), enumerable: true, writable: true, configurable: true });
+        space();
+        if (text[i] === ',') i++;
+        else if (text[i] === '}') return i++, object;
+        else fail("expected ',' or '}'");
+      }
+    }
+    if (c === '[') {
+      i++;
+      const array = [];
+      space();
+      if (text[i] === ']') return i++, array;
+      for (;;) {
+        array.push(value());
+        space();
+        if (text[i] === ',') i++;
+        else if (text[i] === ']') return i++, array;
+        else fail("expected ',' or ']'");
+      }
+    }
+    if (c === '"') return string();
+    for (const [word, literal] of [['true', true], ['false', false], ['null', null]]) {
+      if (text.startsWith(word, i)) return (i += word.length), literal;
+    }
+    const number = match(NUMBER);
+    if (number === null) fail('unexpected ' + (c === undefined ? 'end' : JSON.stringify(c)));
+    return new ExactNumber(number);
+  };
+  const result = value();
+  space();
+  if (i !== text.length) fail('unexpected text after the value');
+  return result;
+}
+
+// JSON.stringify, each ExactNumber written as its text.
+const EXACT_MARK = '\u0000exact' + Math.random().toString(36).slice(2) + ':';
+function exactJson(value, indent) {
+  const marked = JSON.stringify(value, (_, v) => (v instanceof ExactNumber ? EXACT_MARK + v.text : v), indent);
+  const quotedMark = JSON.stringify(EXACT_MARK).slice(0, -1);
+  return marked.split(quotedMark).map((part, n) => (n === 0 ? part : part.replace('"', ''))).join('');
+}
+
 // ---- The API -------------------------------------------------------------------------
 
 function connectorPath(name, rest) {
   return '/connectors/' + encodeURIComponent(name) + (rest || '');
 }
 
-async function api(method, path, body) {
+// `exact`: numbers kept as their text (ExactNumber), for partitions and offsets.
+async function api(method, path, body, exact) {
   const headers = { Accept: 'application/json' };
   if (app.token) headers.Authorization = 'Bearer ' + app.token;
   const init = { method, headers, cache: 'no-store' };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
-    init.body = JSON.stringify(body);
+    // A string is JSON already (written by exactJson).
+    init.body = typeof body === 'string' ? body : JSON.stringify(body);
   }
   const response = await fetch(path, init);
   const text = await response.text();
   let data = text;
   if ((response.headers.get('Content-Type') || '').startsWith('application/json') && text) {
-    data = JSON.parse(text);
+    data = exact && response.ok ? parseExact(text) : JSON.parse(text);
   }
   if (!response.ok) {
     const reason = data && data.message ? data.message : 'HTTP ' + response.status;
@@ -225,6 +322,9 @@ function showWho() {
 
 // Shown when the API answers 401: no token yet, or one it refused (then with its reason).
 function showSignIn(reason) {
+  // A view's requests go out together, so a refused token gets more than one 401: the
+  // first shows the form with the reason, the others must not draw it again without it.
+  if (app.signingIn && app.token === null) return;
   const refused = app.token !== null;
   app.token = null;
   sessionStorage.removeItem(TOKEN_KEY);
@@ -405,10 +505,14 @@ function connectorView(name) {
   const offsetHint = el('span', { class: 'muted' });
   const configBody = el('tbody');
   const topicsCell = el('dd', { id: 'topics', class: 'name' });
+  const tasksCell = el('dd', { id: 'task-count' });
   let current = null; // the last status
   let offsets = [];
   let editing = false;
   let lastConfig = null;
+  let lastOffsets = null;
+  let lastTasks = null;
+  let notFound = false; // the page says "Not found" in place of the connector
 
   const act = (label, method, path, after) => async () => {
     message(note, 'ok', label + '…');
@@ -448,6 +552,7 @@ function connectorView(name) {
   );
   resetButton.addEventListener('click', act('Reset offsets', 'DELETE', connectorPath(name, '/offsets'), () => {
     offsets = [];
+    lastOffsets = null;
   }));
   // `change` too: a cleared field (WebDriver's clear, a form reset) fires no `input`. Only
   // a new filter renders, so leaving the field for a row's Edit button keeps that button.
@@ -459,9 +564,15 @@ function connectorView(name) {
   search.addEventListener('change', filterChanged);
 
   function renderTasks(status) {
+    // Drawn again only when a task changed, so an opened trace stays open and a selection
+    // in it lasts; a trace open before stays open after.
+    const shown = json(status.tasks || []);
+    if (shown === lastTasks) return;
+    lastTasks = shown;
+    const open = new Set([...taskBody.querySelectorAll('tr')].filter((row) => row.querySelector('details[open]')).map((row) => row.dataset.task));
     clear(taskBody);
     for (const task of status.tasks || []) {
-      const trace = task.trace ? el('details', {}, el('summary', { text: 'trace' }), el('pre', { class: 'trace', text: task.trace })) : '';
+      const trace = task.trace ? el('details', { open: open.has(String(task.id)) }, el('summary', { text: 'trace' }), el('pre', { class: 'trace', text: task.trace })) : '';
       taskBody.append(
         el(
           'tr',
@@ -482,10 +593,10 @@ function connectorView(name) {
   }
 
   function progress(offset) {
-    if (!offset || typeof offset.position !== 'number' || typeof offset.size !== 'number') return '';
-    const size = offset.size;
-    const done = offset.done === true || size === 0 || offset.position >= size;
-    const position = Math.min(offset.position, size);
+    if (!offset || !(offset.position instanceof ExactNumber) || !(offset.size instanceof ExactNumber)) return '';
+    const size = numberOf(offset.size);
+    const done = offset.done === true || size === 0 || numberOf(offset.position) >= size;
+    const position = Math.min(numberOf(offset.position), size);
     const percent = size > 0 ? Math.floor((position / size) * 100) : 100;
     return el(
       'div',
@@ -499,7 +610,7 @@ function connectorView(name) {
 
   function editor(entry, cell) {
     editing = true;
-    const area = el('textarea', { class: 'offset-editor', text: JSON.stringify(entry.offset, null, 2) });
+    const area = el('textarea', { class: 'offset-editor', text: exactJson(entry.offset, 2) });
     const problem = el('div', { class: 'message' });
     const close = () => {
       editing = false;
@@ -508,17 +619,19 @@ function connectorView(name) {
     const save = async () => {
       let value;
       try {
-        value = JSON.parse(area.value);
+        value = parseExact(area.value);
       } catch (e) {
         return message(problem, 'error', 'Not JSON: ' + e.message);
       }
+      const body = '{"offsets":[{"partition":' + exactJson(entry.partition) + ',"offset":' + exactJson(value) + '}]}';
       try {
-        await api('PATCH', connectorPath(name, '/offsets'), { offsets: [{ partition: entry.partition, offset: value }] });
+        await api('PATCH', connectorPath(name, '/offsets'), body);
       } catch (e) {
         return message(problem, 'error', e.message);
       }
-      message(note, 'ok', 'Offset saved for ' + json(entry.partition) + '.');
+      message(note, 'ok', 'Offset saved for ' + exactJson(entry.partition) + '.');
       editing = false;
+      lastOffsets = null;
       await loadOffsets();
     };
     clear(cell).append(
@@ -535,15 +648,15 @@ function connectorView(name) {
     offsetHint.textContent = stopped ? '' : 'Stop the connector to reset or edit its offsets.';
     const needle = search.value.trim().toLowerCase();
     shownFilter = needle;
-    const matching = needle ? offsets.filter((o) => (json(o.partition) + ' ' + json(o.offset)).toLowerCase().includes(needle)) : offsets;
+    const matching = needle ? offsets.filter((o) => (exactJson(o.partition) + ' ' + exactJson(o.offset)).toLowerCase().includes(needle)) : offsets;
     offsetCount.textContent = matching.length + ' of ' + offsets.length + ' partitions' + (matching.length > MAX_OFFSET_ROWS ? ' (first ' + MAX_OFFSET_ROWS + ' shown: refine the search)' : '');
     clear(offsetBody);
     for (const entry of matching.slice(0, MAX_OFFSET_ROWS)) {
-      const offsetCell = el('td', {}, el('pre', { class: 'json', text: json(entry.offset) }));
+      const offsetCell = el('td', {}, el('pre', { class: 'json', text: exactJson(entry.offset) }));
       const edit = el('button', { type: 'button', class: 'edit-offset', disabled: !stopped, text: 'Edit' });
       edit.addEventListener('click', () => editor(entry, offsetCell));
       offsetBody.append(
-        el('tr', { class: 'offset' }, el('td', {}, el('pre', { class: 'json partition', text: json(entry.partition) })), el('td', {}, progress(entry.offset)), offsetCell, el('td', {}, edit)),
+        el('tr', { class: 'offset' }, el('td', {}, el('pre', { class: 'json partition', text: exactJson(entry.partition) })), el('td', {}, progress(entry.offset)), offsetCell, el('td', {}, edit)),
       );
     }
     if (!matching.length) offsetBody.append(el('tr', {}, el('td', { colspan: 4, class: 'muted', text: offsets.length ? 'No partition matches.' : 'No committed offsets.' })));
@@ -561,13 +674,21 @@ function connectorView(name) {
   }
 
   async function loadOffsets() {
-    const answer = await api('GET', connectorPath(name, '/offsets'));
-    offsets = (answer && answer.offsets) || [];
-    offsets.sort((a, b) => json(a.partition).localeCompare(json(b.partition)));
+    const answer = await api('GET', connectorPath(name, '/offsets'), undefined, true);
+    const loaded = (answer && answer.offsets) || [];
+    loaded.sort((a, b) => exactJson(a.partition).localeCompare(exactJson(b.partition)));
+    // Drawn again only when something changed (the stopped state enables Edit), so a
+    // selection in the table lasts.
+    const shown = exactJson([loaded, current && current.connector.state]);
+    if (shown === lastOffsets) return;
+    lastOffsets = shown;
+    offsets = loaded;
     renderOffsets();
   }
 
   function renderConfig(info) {
+    // The task count changes without the config (stopped, finished, resumed).
+    tasksCell.textContent = String((info.tasks || []).length);
     const text = json(info.config);
     if (text === lastConfig) return;
     lastConfig = text;
@@ -575,7 +696,7 @@ function connectorView(name) {
       el('dt', { text: 'Plugin' }),
       el('dd', { id: 'plugin', text: info.config['connector.class'] || '' }),
       el('dt', { text: 'Tasks' }),
-      el('dd', { text: (info.tasks || []).length }),
+      tasksCell,
       el('dt', { text: 'Topics' }),
       topicsCell,
     );
@@ -620,13 +741,16 @@ function connectorView(name) {
         // must not replace the page shown now with "Not found".
         if (generation !== app.generation) return;
         if (e.status === 404) {
+          // Still looked for: a connector made again under this name is shown once it is.
+          if (notFound) return;
+          notFound = true;
           const main = clear(document.getElementById('main'));
           main.append(el('h1', { text: 'Not found' }), el('p', { text: e.message }), el('p', {}, el('a', { href: '#/', text: '← Connectors' })));
-          app.generation++; // nothing left to refresh here
           return;
         }
         throw e;
       }
+      if (notFound) return route();
       current = status;
       clear(stateBadge).append(badge(status.connector.state));
       stateBadge.dataset.state = status.connector.state;
@@ -816,7 +940,12 @@ function newConnectorView(plugin) {
 
 function viewFor(hash) {
   const parts = hash.replace(/^#\/?/, '').split('/');
-  const arg = parts.length > 1 ? decodeURIComponent(parts.slice(1).join('/')) : '';
+  let arg = parts.length > 1 ? parts.slice(1).join('/') : '';
+  try {
+    arg = decodeURIComponent(arg);
+  } catch {
+    // Typed by hand (a connector named `100%`): taken as it is.
+  }
   switch (parts[0]) {
     case 'connector':
       return connectorView(arg);
@@ -850,9 +979,11 @@ async function loop(view, generation) {
       document.body.dataset.refreshMs = took.toFixed(1);
       document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
       footer('refreshed in ' + took.toFixed(0) + ' ms');
+      delete document.body.dataset.stale;
     } catch (e) {
       if (e.status === 401) return;
-      footer('refresh failed: ' + e.message);
+      document.body.dataset.stale = 'true';
+      footer('refresh failed: ' + e.message + '; what is shown may be out of date');
     }
     await new Promise((resolve) => setTimeout(resolve, REFRESH_MS));
   }
