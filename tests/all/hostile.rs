@@ -188,6 +188,18 @@ hostile_test!(
     &[],
     Expect::TaskFailed(&["offset is", "\"n\" is not a primitive"])
 );
+hostile_test!(
+    partition_with_an_integer_past_64_bits,
+    "partition-wide-integer",
+    &[],
+    Expect::TaskFailed(&["record 0", "partition is", "\"id\" is an integer too large to be kept exactly"])
+);
+hostile_test!(
+    offset_with_an_integer_past_64_bits,
+    "offset-wide-integer",
+    &[],
+    Expect::TaskFailed(&["record 0", "offset is", "\"n\" is an integer too large to be kept exactly"])
+);
 hostile_test!(invalid_utf8_topic, "invalid-utf8-topic", &[], Expect::TaskFailed(&["trap in poll", "utf-8"]));
 hostile_test!(
     topic_longer_than_249,

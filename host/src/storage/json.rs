@@ -13,6 +13,15 @@ pub fn canonical_object(text: &str) -> Result<String, String> {
     if let Some((key, _)) = map.iter().find(|(_, v)| matches!(v, Value::Array(_) | Value::Object(_))) {
         return Err(format!("an object whose \"{key}\" is not a primitive (string, number, boolean or null)"));
     }
+    // An integer literal past 64 bits was read as a float: the only kind of number that
+    // could be one is looked at again in the text (`1e300` is a float, and kept).
+    if map.values().any(|v| matches!(v, Value::Number(n) if inexact_integer(n))) {
+        let raw: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+            serde_json::from_str(text).map_err(|e| format!("not JSON ({e})"))?;
+        if let Some((key, _)) = raw.iter().find(|(_, v)| integer_literal_too_wide(v.get())) {
+            return Err(too_wide(key));
+        }
+    }
     // serde_json's Map is ordered by key, so this is the canonical form.
     Ok(Value::Object(Map::from_iter(map)).to_string())
 }
@@ -23,9 +32,27 @@ pub fn inexact_integer(n: &serde_json::Number) -> bool {
     n.is_f64() && n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9_007_199_254_740_992.0)
 }
 
+/// Whether `raw`, a JSON value's text, is an integer literal (no fraction or exponent)
+/// that neither an i64 nor a u64 holds: serde_json reads it as a float, rounded.
+fn integer_literal_too_wide(raw: &str) -> bool {
+    let digits = raw.strip_prefix('-').unwrap_or(raw);
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && raw.parse::<i64>().is_err()
+        && raw.parse::<u64>().is_err()
+}
+
+/// Why a partition or offset with such a number is refused: kept rounded, its digits would
+/// change, and two partitions rounded alike would become one.
+fn too_wide(key: &str) -> String {
+    format!(
+        "an object whose \"{key}\" is an integer too large to be kept exactly (at most 64 bits); send it as a string"
+    )
+}
+
 /// Whether `text` is, plainly, a JSON object of primitives: no whitespace, keys and string
 /// values of printable ASCII without escapes, values that are such strings, `true`,
-/// `false`, `null` or integers of at most 19 digits. Most offsets are written so; anything
+/// `false`, `null` or integers of at most 19 digits (18 below zero). Most offsets are written so; anything
 /// else (floats, escapes, other text) is left to the full parser, so this only ever says
 /// yes to what the parser accepts.
 fn plainly_an_object_of_primitives(text: &str) -> bool {
@@ -41,7 +68,8 @@ fn plainly_an_object_of_primitives(text: &str) -> bool {
         closed
     };
     let integer = |at: &mut usize| -> bool {
-        if bytes.get(*at) == Some(&b'-') {
+        let negative = bytes.get(*at) == Some(&b'-');
+        if negative {
             *at += 1;
         }
         let start = *at;
@@ -49,7 +77,9 @@ fn plainly_an_object_of_primitives(text: &str) -> bool {
             *at += 1;
         }
         let digits = *at - start;
-        (1..=19).contains(&digits) && (digits == 1 || bytes[start] != b'0')
+        // 19 digits always fit a u64, but not an i64 below zero (then a float, refused).
+        let most = if negative { 18 } else { 19 };
+        (1..=most).contains(&digits) && (digits == 1 || bytes[start] != b'0')
     };
     if bytes.first() != Some(&b'{') {
         return false;
@@ -124,51 +154,10 @@ fn plain_run(bytes: &[u8]) -> usize {
 /// Checks that `text` is a JSON object of primitive values without building it (the
 /// per-record check; [`canonical_object`] is kept for what is stored and compared).
 pub fn check_object(text: &str) -> Result<(), String> {
-    use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde::de::{Deserializer, MapAccess, Visitor};
 
     if plainly_an_object_of_primitives(text) {
         return Ok(());
-    }
-
-    /// Accepts a primitive; consumes and reports a nested array or object.
-    struct Primitive(bool);
-    impl<'de> serde::Deserialize<'de> for Primitive {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            struct PrimitiveVisitor;
-            impl<'de> Visitor<'de> for PrimitiveVisitor {
-                type Value = Primitive;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a JSON value")
-                }
-                fn visit_bool<E>(self, _: bool) -> Result<Primitive, E> {
-                    Ok(Primitive(true))
-                }
-                fn visit_i64<E>(self, _: i64) -> Result<Primitive, E> {
-                    Ok(Primitive(true))
-                }
-                fn visit_u64<E>(self, _: u64) -> Result<Primitive, E> {
-                    Ok(Primitive(true))
-                }
-                fn visit_f64<E>(self, _: f64) -> Result<Primitive, E> {
-                    Ok(Primitive(true))
-                }
-                fn visit_str<E>(self, _: &str) -> Result<Primitive, E> {
-                    Ok(Primitive(true))
-                }
-                fn visit_unit<E>(self) -> Result<Primitive, E> {
-                    Ok(Primitive(true))
-                }
-                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Primitive, A::Error> {
-                    while seq.next_element::<IgnoredAny>()?.is_some() {}
-                    Ok(Primitive(false))
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Primitive, A::Error> {
-                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                    Ok(Primitive(false))
-                }
-            }
-            deserializer.deserialize_any(PrimitiveVisitor)
-        }
     }
 
     struct ObjectVisitor;
@@ -178,18 +167,22 @@ pub fn check_object(text: &str) -> Result<(), String> {
             f.write_str("a JSON object")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut nested = None;
+            let mut problem = None;
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if !map.next_value::<Primitive>()?.0 && nested.is_none() {
-                    nested = Some(key.into_owned());
+                // Its text, checked as JSON by the parser: what kind of value it is shows
+                // in its first byte, and an integer too wide for 64 bits in its digits.
+                let value = map.next_value::<&'de serde_json::value::RawValue>()?.get();
+                if problem.is_none() {
+                    if value.starts_with(['[', '{']) {
+                        problem = Some(format!(
+                            "an object whose \"{key}\" is not a primitive (string, number, boolean or null)"
+                        ));
+                    } else if integer_literal_too_wide(value) {
+                        problem = Some(too_wide(&key));
+                    }
                 }
             }
-            Ok(match nested {
-                Some(key) => {
-                    Err(format!("an object whose \"{key}\" is not a primitive (string, number, boolean or null)"))
-                }
-                None => Ok(()),
-            })
+            Ok(problem.map_or(Ok(()), Err))
         }
     }
 
@@ -219,6 +212,18 @@ mod tests {
         assert!(canonical_object("[1]").unwrap_err().contains("not a JSON object"));
         assert!(canonical_object(r#"{"a":{"b":1}}"#).unwrap_err().contains("\"a\""));
         assert!(canonical_object("{").unwrap_err().starts_with("not JSON"));
+        // Past 64 bits serde_json reads a float: refused, not stored rounded.
+        for wide in [r#"{"id":18446744073709551621}"#, r#"{"id":-9223372036854775809}"#] {
+            assert!(canonical_object(wide).unwrap_err().contains("\"id\" is an integer too large"), "{wide}");
+            assert!(check_object(wide).unwrap_err().contains("\"id\" is an integer too large"), "{wide}");
+        }
+        for fine in [
+            r#"{"id":18446744073709551615}"#,
+            r#"{"id":-9223372036854775808}"#,
+            r#"{"t":1.5,"u":1e300,"v":18446744073709551621.0}"#,
+        ] {
+            assert!(canonical_object(fine).is_ok() && check_object(fine).is_ok(), "{fine}");
+        }
         assert!(canonical_object(r#"{"n":null,"t":true,"f":1.5}"#).is_ok());
     }
 

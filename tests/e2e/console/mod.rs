@@ -336,7 +336,9 @@ fn progress_failures_and_hostile_names_render_as_text() {
     // the connector exists: "Not found", then the connector once it is made.
     browser.goto(&format!("{}/#/connector/100%", server.base));
     browser.wait_text("main", "not found", |t| t.contains("Not found"));
-    create(json!({"name": "100%", "config": {"connector.class": "counter", "topic": "pct", "records.per.second": "5"}}));
+    create(
+        json!({"name": "100%", "config": {"connector.class": "counter", "topic": "pct", "records.per.second": "5"}}),
+    );
     browser.wait_text("h1", "the connector made after", |t| t.starts_with("100%"));
     browser.element("h1 span[data-state='RUNNING']");
     assert!(!browser.alert_open());

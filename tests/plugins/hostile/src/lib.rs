@@ -9,7 +9,7 @@
 //! the directory `hostile.target`, its regular file `data` and its FIFO `fifo`, and
 //! reports what `descriptor.stat` answers for each), `raise-error-flood`,
 //! `log-flood`, `print-flood`, `busy` (spins `hostile.busy.ms` per poll, for the fairness
-//! benchmark), `partition-not-object`, `offset-nested`,
+//! benchmark), `partition-not-object`, `offset-nested`, `partition-wide-integer`, `offset-wide-integer`,
 //! `invalid-utf8-topic`, `long-topic`, `too-many-tasks`; `sleep-in-<call>` (a WASI sleep,
 //! where epoch interruption cannot reach, of `hostile.sleep.ms`, default an hour, in
 //! `start`, `validate`, `task-configs`, `tick`, `stop`, `task-start`, `poll`, `commit` or
@@ -326,6 +326,14 @@ impl TaskGuest for Hostile {
             }
             "partition-not-object" => Ok(vec![record(r#"["not","an","object"]"#, r#"{"n":0}"#, "hostile", Vec::new())]),
             "offset-nested" => Ok(vec![record(r#"{"p":0}"#, r#"{"n":{"deep":1}}"#, "hostile", Vec::new())]),
+            // Past 64 bits: read as a float, such an integer would be stored rounded (and two
+            // partitions rounded alike would be one).
+            "partition-wide-integer" => {
+                Ok(vec![record(r#"{"id":18446744073709551621}"#, r#"{"n":0}"#, "hostile", Vec::new())])
+            }
+            "offset-wide-integer" => {
+                Ok(vec![record(r#"{"p":0}"#, r#"{"n":-18446744073709551621}"#, "hostile", Vec::new())])
+            }
             "invalid-utf8-topic" => {
                 // SAFETY: deliberately not UTF-8; the host must refuse it, not trust it.
                 let topic = unsafe { String::from_utf8_unchecked(vec![b'b', 0xff, 0xfe, b'd']) };
