@@ -14,15 +14,23 @@
 //! looked up (a new producer with the id, then the offsets topic) before its batch is
 //! either counted delivered or sent again.
 //!
+//! Connectors whose producer settings are the same (the worker's `[kafka]` and the same
+//! `producer.override.*`, usually none) share one producer and one admin client: each
+//! librdkafka client keeps its own threads (its main thread, one per broker, rdkafka's
+//! polling thread) and connections, busy even while idle, and a worker of hundreds of
+//! Kafka connectors had thousands of them. Exactly-once tasks keep their own
+//! transactional producers.
+//!
 //! Topics are made on first use with `topic.creation.default.partitions` and
 //! `.replication.factor` (KIP-158). A declared tenant's topics are `<tenant>.<topic>`, so
 //! tenants sharing a cluster never write into each other's topics.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use anyhow::Context;
+use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -83,20 +91,18 @@ impl KafkaDestination {
         for (key, value) in overrides {
             config.set(key, value);
         }
-        let trouble = Arc::new(ClientTrouble::default());
-        let context = KafkaLog::noting(trouble.clone());
+        let clients = SharedClients::for_settings(kafka, config)?;
         // Exactly-once sends through each task's transactional producer only.
         let producer = match exactly_once {
             Some(_) => None,
-            None => Some(Arc::new(SharedProducer::new(config, context.clone(), "cannot make a Kafka producer")?)),
+            None => Some(clients.producer()?),
         };
         let prefix = if tenant == DEFAULT_TENANT { String::new() } else { format!("{tenant}.") };
         let topics = Arc::new(TopicMaker {
             prefix,
             kafka: kafka.clone(),
-            admin: admin_client(kafka, context)?,
+            clients,
             settings: settings.clone(),
-            trouble,
             ready: Mutex::default(),
         });
         Ok(KafkaDestination {
@@ -124,18 +130,17 @@ struct TopicMaker {
     /// would be read back as other connectors' offsets, configs or statuses, other
     /// tenants' too).
     kafka: KafkaConfig,
-    admin: AdminClient<KafkaLog>,
+    /// Its admin client, and what its clients' latest error was.
+    clients: Arc<SharedClients>,
     settings: KafkaSettings,
     /// Topics known to exist.
     ready: Mutex<HashSet<String>>,
-    /// The latest error of the connector's clients (every one of them notes it here).
-    trouble: Arc<ClientTrouble>,
 }
 
 impl TopicMaker {
     /// The connector's clients' latest error, if recent enough to be why a batch waits.
     fn waiting_reason(&self) -> Option<String> {
-        self.trouble.recent(TROUBLE_RECENT).map(|error| format!("the Kafka client's latest error: {error}"))
+        self.clients.trouble.recent(TROUBLE_RECENT).map(|error| format!("the Kafka client's latest error: {error}"))
     }
 
     fn name(&self, topic: &str) -> String {
@@ -161,8 +166,8 @@ impl TopicMaker {
                  keeps its state): a connector may not write to it; choose another topic"
             );
         }
-        let existing =
-            existing_topics(&self.admin, ADMIN_TIMEOUT).map_err(|e| RetriableDelivery::wrap(format!("{e:#}")))?;
+        let existing = existing_topics(&self.clients.admin, ADMIN_TIMEOUT)
+            .map_err(|e| RetriableDelivery::wrap(format!("{e:#}")))?;
         self.ready.lock().unwrap().extend(missing.iter().filter(|t| existing.contains(**t)).map(|t| (*t).clone()));
         let missing: Vec<&String> = missing.into_iter().filter(|t| !existing.contains(*t)).collect();
         if missing.is_empty() {
@@ -174,7 +179,7 @@ impl TopicMaker {
             .map(|t| NewTopic::new(t, self.settings.topic_partitions, TopicReplication::Fixed(replication)))
             .collect();
         let options = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
-        let results = futures_executor::block_on(self.admin.create_topics(&new, &options))
+        let results = futures_executor::block_on(self.clients.admin.create_topics(&new, &options))
             .map_err(|e| RetriableDelivery::wrap(format!("cannot create topics: {e}")))?;
         for result in results {
             match result {
@@ -263,7 +268,7 @@ impl Destination for KafkaDestination {
             if let Some(backend) = &self.exactly_once {
                 backend.claim_transactional_id(&id);
             }
-            let context = KafkaLog::noting(self.topics.trouble.clone());
+            let context = KafkaLog::noting(self.topics.clients.trouble.clone());
             let producer = transactional_producer(&self.kafka, &self.overrides, &id, context)?;
             producer
                 .init_transactions(TRANSACTION_TIMEOUT)
@@ -534,7 +539,7 @@ impl TransactionalTask {
         let superseded = backend.claim_transactional_id(&id);
         let (kafka, overrides, made_id, instance) =
             (parent.kafka.clone(), parent.overrides.clone(), id.clone(), superseded.clone());
-        let context = KafkaLog::noting(parent.topics.trouble.clone());
+        let context = KafkaLog::noting(parent.topics.clients.trouble.clone());
         let new_producer = Box::new(move || {
             // An instance given up on may still be working (its commit waiting on a broker
             // that is away) when the task's next one starts: initialising the id then
@@ -806,12 +811,46 @@ impl Destination for TransactionalTask {
     }
 }
 
-impl Drop for KafkaDestination {
-    fn drop(&mut self) {
-        // Everything deliver() returned for is acknowledged; this only bounds the wait for
-        // records of a batch that failed.
-        if let Some(producer) = &self.producer {
-            let _ = producer.get().flush(Duration::from_secs(5));
+/// The clients connectors with the same producer settings share, and their latest error.
+/// A connector's producer is shared with others, so it is not flushed when the connector
+/// goes: everything `deliver` returned for is acknowledged already, and a batch that failed
+/// is sent again by the connector's next run.
+struct SharedClients {
+    settings: ClientConfig,
+    trouble: Arc<ClientTrouble>,
+    admin: AdminClient<KafkaLog>,
+    /// Made on first use: exactly-once connectors never use it.
+    producer: Mutex<Option<Arc<SharedProducer>>>,
+}
+
+impl SharedClients {
+    /// The clients of `settings` (the connector's producer settings), made if no
+    /// connector uses them now.
+    fn for_settings(kafka: &KafkaConfig, settings: ClientConfig) -> anyhow::Result<Arc<SharedClients>> {
+        static IN_USE: Mutex<Option<HashMap<Vec<(String, String)>, Weak<SharedClients>>>> = Mutex::new(None);
+        let key: Vec<(String, String)> =
+            settings.config_map().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut in_use = IN_USE.lock().unwrap();
+        let in_use = in_use.get_or_insert_with(HashMap::new);
+        in_use.retain(|_, clients| clients.strong_count() > 0);
+        if let Some(clients) = in_use.get(&key).and_then(Weak::upgrade) {
+            return Ok(clients);
         }
+        let trouble = Arc::new(ClientTrouble::default());
+        let admin = admin_client(kafka, KafkaLog::noting(trouble.clone()))?;
+        let clients = Arc::new(SharedClients { settings, trouble, admin, producer: Mutex::default() });
+        in_use.insert(key, Arc::downgrade(&clients));
+        Ok(clients)
+    }
+
+    fn producer(&self) -> anyhow::Result<Arc<SharedProducer>> {
+        let mut producer = self.producer.lock().unwrap();
+        if let Some(producer) = producer.as_ref() {
+            return Ok(producer.clone());
+        }
+        let context = KafkaLog::noting(self.trouble.clone());
+        let made = Arc::new(SharedProducer::new(self.settings.clone(), context, "cannot make a Kafka producer")?);
+        *producer = Some(made.clone());
+        Ok(made)
     }
 }

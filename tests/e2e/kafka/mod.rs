@@ -7,6 +7,7 @@
 //! installed there on first use with `cargo +nightly install` (nisshi needs rustc 1.96;
 //! `.ci/run` installs it before the tests, ~25 minutes on 2 cores).
 
+mod clients;
 mod crash;
 mod outage;
 mod storage;
