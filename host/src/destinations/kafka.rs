@@ -811,6 +811,9 @@ impl Destination for TransactionalTask {
     }
 }
 
+/// A producer's librdkafka settings, names sorted.
+type ClientSettings = Vec<(String, String)>;
+
 /// The clients connectors with the same producer settings share, and their latest error.
 /// A connector's producer is shared with others, so it is not flushed when the connector
 /// goes: everything `deliver` returned for is acknowledged already, and a batch that failed
@@ -827,8 +830,8 @@ impl SharedClients {
     /// The clients of `settings` (the connector's producer settings), made if no
     /// connector uses them now.
     fn for_settings(kafka: &KafkaConfig, settings: ClientConfig) -> anyhow::Result<Arc<SharedClients>> {
-        static IN_USE: Mutex<Option<HashMap<Vec<(String, String)>, Weak<SharedClients>>>> = Mutex::new(None);
-        let key: Vec<(String, String)> =
+        static IN_USE: Mutex<Option<HashMap<ClientSettings, Weak<SharedClients>>>> = Mutex::new(None);
+        let key: ClientSettings =
             settings.config_map().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let mut in_use = IN_USE.lock().unwrap();
         let in_use = in_use.get_or_insert_with(HashMap::new);
