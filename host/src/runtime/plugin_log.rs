@@ -86,6 +86,7 @@ struct StderrTail {
 
 const TAIL_LINES: usize = 40;
 const TAIL_BYTES: usize = 8 << 10;
+const TAIL_LINE_BYTES: usize = TAIL_BYTES / 4;
 
 impl PluginLog {
     pub fn new(tenant: &str, source: &str, lines_per_second: u32) -> PluginLog {
@@ -126,7 +127,13 @@ impl PluginLog {
 
     fn remember_stderr(&self, line: &str) {
         let mut line = escape_controls(line).into_owned();
-        super::sandbox::cut_at_char_boundary(&mut line, TAIL_BYTES);
+        // A line may take a quarter of the tail: an exception's long message (Python and
+        // JavaScript print it on one line) keeps its start, and the lines after it (the
+        // binding's panic) no longer push it out whole.
+        if line.len() > TAIL_LINE_BYTES {
+            super::sandbox::cut_at_char_boundary(&mut line, TAIL_LINE_BYTES);
+            line.push_str(" …");
+        }
         let mut tail = self.stderr_tail.lock().unwrap();
         tail.bytes += line.len();
         tail.lines.push_back(line);
@@ -328,5 +335,14 @@ mod tests {
         }
         let tail = log.take_stderr_tail().unwrap();
         assert!(tail.starts_with("line 60\n") && tail.ends_with("line 99"), "the last {TAIL_LINES} lines: {tail}");
+        // An exception with a long message, then the lines after it.
+        let message = format!("ValueError: {}\n", "y".repeat(8100));
+        stderr.write_bytes(b"Traceback (most recent call last):\n");
+        stderr.write_bytes(message.as_bytes());
+        stderr.write_bytes(b"thread '<unnamed>' panicked at runtime/src/lib.rs:1293:29\n");
+        let tail = log.take_stderr_tail().unwrap();
+        assert!(tail.starts_with("Traceback (most recent call last):\n  ValueError: yyy"), "{tail}");
+        assert!(tail.contains("y …\n  thread '<unnamed>' panicked"), "{tail}");
+        assert!(tail.len() <= TAIL_BYTES + 64, "{}", tail.len());
     }
 }
