@@ -10,6 +10,8 @@
 // record) the same logic ran at 45 k records/s, on 0.3.0 (one byte array, a record of
 // spans per record) at 71 k (`sluice-bench languages --only counter-js`).
 
+import { offset } from 'sluice:connector/offset-storage-reader@0.4.0';
+
 const PARTITION = '{"counter":0}';
 // The longest offset text, {"seq":<2^53>}, with room to spare.
 const MAX_OFFSET_BYTES = 32;
@@ -38,11 +40,14 @@ export const connector = {
 export const task = {
   start(c) {
     const values = Object.fromEntries(c);
+    // After the committed offset: a restart, or the host recycling this instance once its
+    // memory grows, goes on rather than sending everything again.
+    const committed = offset(PARTITION);
     state = {
       topic: values.topic ?? 'bench',
       size: Number(values['record.size'] ?? '1024'),
       batch: Number(values['batch.size'] ?? '500'),
-      next: 0,
+      next: committed === undefined ? 0 : JSON.parse(committed).seq + 1,
     };
   },
   poll() {
