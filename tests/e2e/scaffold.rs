@@ -128,6 +128,8 @@ fn build_and_run(
     std::fs::write(granted.join("message.txt"), "hello from a file\n").unwrap();
     set(&project, "record.count", "15");
     set(&project, "tasks.max", "3");
+    // A stream named twice is still one stream, owned by one task (two sent it before).
+    set(&project, "streams", "north,south,east,west,north");
     set(&project, "message.file", granted.join("message.txt").to_str().unwrap());
     set(&project, "sandbox.fs.read", granted.to_str().unwrap());
     run_to_the_end(&project, &data, lang);

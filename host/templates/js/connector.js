@@ -29,7 +29,9 @@ function settings(config) {
   return values;
 }
 
-const streamsOf = (values) => values.streams.split(',').map((s) => s.trim()).filter((s) => s !== '');
+// The stream names, each once: a name given twice would go to two tasks, and both would
+// send its records.
+const streamsOf = (values) => [...new Set(values.streams.split(',').map((s) => s.trim()).filter((s) => s !== ''))];
 // Source partition: the stream a record comes from, {"stream":"north"}.
 const partition = (stream) => JSON.stringify({ stream });
 

@@ -60,7 +60,10 @@ def settings(config):
 
 
 def streams(values):
-    return [name.strip() for name in values["streams"].split(",") if name.strip()]
+    """The stream names, each once: a name given twice would go to two tasks, and both
+    would send its records."""
+    names = [name.strip() for name in values["streams"].split(",") if name.strip()]
+    return list(dict.fromkeys(names))
 
 
 def partition(stream):

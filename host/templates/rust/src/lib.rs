@@ -23,9 +23,17 @@ struct Offset {
     n: u64,
 }
 
+/// The stream names, each once: a name given twice would go to two tasks, and both would
+/// send its records.
 fn streams(config: &Config) -> Vec<String> {
     let list = config.get("streams").unwrap_or("north,south,east,west");
-    list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    let mut names: Vec<String> = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if !names.iter().any(|known| known == name) {
+            names.push(name.to_string());
+        }
+    }
+    names
 }
 
 struct Greeter {
