@@ -1,5 +1,5 @@
-//! The CLI: bad connector files and configs get one line naming the file, the key and the
-//! reason, with exit code 2; `plugins` lists rejected files; SIGTERM stops gracefully.
+//! The CLI: bad connector files and configs get a line per problem naming the file, the key
+//! and the reason, with exit code 2; `plugins` lists rejected files; SIGTERM stops gracefully.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -47,6 +47,19 @@ fn bad_connector_configs_name_file_key_and_reason() {
     assert_config_error(
         r#"{"name": "x", "config": {"connector.class": "counter", "topic": "t", "record.size": "big"}}"#,
         "record.size: 'big' is not a valid int",
+    );
+    // Several problems in one config: each on its line, as Connect's validate lists them.
+    let (code, stderr, file) =
+        run_connector(r#"{"name": "x", "config": {"connector.class": "counter", "record.size": "big"}}"#);
+    assert_eq!(code, Some(2), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(
+        lines,
+        [
+            format!("error: {file}: topic: required by plugin counter (Destination topic.)"),
+            format!("error: {file}: record.size: 'big' is not a valid int"),
+        ],
+        "{stderr}"
     );
 }
 

@@ -460,7 +460,21 @@ async fn run(
     // Every config, quotas included, is checked before any connector starts.
     let admitted = match herder.validate_all(&configs).await {
         Ok(admitted) => admitted,
-        Err(e) => return Ok(config_error(&e)),
+        Err((at, first)) => {
+            // Every problem of that config, as Connect's validate lists them (the first
+            // found leads: a quota counted with the files before it is only found so).
+            let mut shown = vec![first.to_string()];
+            for problem in herder.problems(&configs[at]).await {
+                let text = problem.to_string();
+                if !shown.contains(&text) {
+                    shown.push(text);
+                }
+            }
+            for text in &shown {
+                say!("error: {text}");
+            }
+            return Ok(ExitCode::from(CONFIG_ERROR));
+        }
     };
     let server = match listener {
         Some(listener) => Some(serve::ApiServer::start(herder.clone(), &data, listener).await?),

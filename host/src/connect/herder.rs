@@ -295,12 +295,13 @@ impl Herder {
     }
 
     /// Checks several configs as if all were started, each against the tenants' quotas
-    /// with the ones before it counted: nothing need start for a bad one to be refused.
-    pub async fn validate_all(&self, configs: &[ConnectorConfig]) -> Result<Vec<Admitted>, ConfigError> {
+    /// with the ones before it counted: nothing need start for a bad one to be refused
+    /// (the error says which: its index in `configs`).
+    pub async fn validate_all(&self, configs: &[ConnectorConfig]) -> Result<Vec<Admitted>, (usize, ConfigError)> {
         let mut running = self.running_now();
         let mut admitted = Vec::with_capacity(configs.len());
-        for config in configs {
-            let one = admission::admit(&self.services, config, &running).await?;
+        for (at, config) in configs.iter().enumerate() {
+            let one = admission::admit(&self.services, config, &running).await.map_err(|e| (at, e))?;
             running.push((self.namespace_of(config), one.settings.tasks_max));
             admitted.push(one);
         }
