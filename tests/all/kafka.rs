@@ -641,7 +641,8 @@ async fn exactly_once_writes_records_and_offsets_in_transactions() {
     let cluster = mock_cluster();
     let bootstrap = cluster.bootstrap_servers();
     let host = exactly_once_host(&bootstrap).await;
-    host.start(exactly_once_counter("eos", "2000", &[])).await;
+    // Its value's case does not matter, as in Connect.
+    host.start(exactly_once_counter("eos", "2000", &[("exactly.once.support", "REQUIRED")])).await;
     wait_until("the last offset committed", || committed_seq(&host, "eos").filter(|s| *s == 1999)).await;
     host.herder.shutdown().await;
     let records = read_topic(&bootstrap, "numbers", 2000);
@@ -783,7 +784,9 @@ async fn a_fenced_task_fails_with_the_reason_and_commits_nothing_more() {
     let cluster = mock_cluster();
     let bootstrap = cluster.bootstrap_servers();
     let host = exactly_once_host(&bootstrap).await;
-    host.start(exactly_once_counter("eos", "0", &[])).await;
+    // Without exactly.once.support (Connect's default, `requested`): on this worker it runs
+    // in transactions all the same, as in Connect.
+    host.start(connector("eos", "counter", &[("topic", "numbers"), ("batch.size", "100")])).await;
     wait_until("some offsets committed", || committed_seq(&host, "eos").filter(|s| *s > 300)).await;
     // Another instance with this task's transactional.id bumped the epoch.
     cluster.request_errors(

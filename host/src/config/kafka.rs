@@ -8,7 +8,7 @@
 //! "bootstrap.servers" = "broker1:9092,broker2:9092"
 //! "security.protocol" = "SASL_SSL"                 # any librdkafka setting
 //! "offset.storage.topic" = "sluice-offsets"        # Connect's worker keys, Connect's defaults
-//! "exactly.once.source.support" = "enabled"        # KIP-618, for exactly.once.support=required
+//! "exactly.once.source.support" = "enabled"        # KIP-618: every destination=kafka connector exactly-once
 //! ```
 
 use std::collections::BTreeMap;

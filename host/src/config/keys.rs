@@ -120,7 +120,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: DESTINATION,
         type_: KeyType::String,
         default: KeyDefault::Value("local"),
-        documentation: "`local` (embedded log, exactly-once), `stdout` (JSON lines, at-least-once) or `kafka` (the `[kafka]` cluster of `sluice.toml`; at-least-once, or exactly-once with `exactly.once.support=required`)",
+        documentation: "`local` (embedded log, exactly-once), `stdout` (JSON lines, at-least-once) or `kafka` (the `[kafka]` cluster of `sluice.toml`; at-least-once, or exactly-once on a worker with `exactly.once.source.support = \"enabled\"`)",
     },
     HostKey {
         name: MONITOR_INTERVAL_MS,
@@ -248,13 +248,13 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: EXACTLY_ONCE_SUPPORT,
         type_: KeyType::String,
         default: KeyDefault::Value("requested"),
-        documentation: "`destination=kafka` (KIP-618): `required` writes each transaction's records and offsets atomically (needs `[storage] kind = \"kafka\"` and `exactly.once.source.support = \"enabled\"`); `requested` is at-least-once",
+        documentation: "`destination=kafka` (KIP-618): on a worker with `exactly.once.source.support = \"enabled\"` and `[storage] kind = \"kafka\"`, each transaction writes its records and offsets atomically whichever is set, as in Connect; `required` refuses the connector on any other worker, `requested` is at-least-once there",
     },
     HostKey {
         name: TRANSACTION_BOUNDARY,
         type_: KeyType::String,
         default: KeyDefault::Value("poll"),
-        documentation: "with `exactly.once.support=required`: `poll` (one transaction per poll batch) or `interval` (per `transaction.boundary.interval.ms`)",
+        documentation: "with exactly-once: `poll` (one transaction per poll batch) or `interval` (per `transaction.boundary.interval.ms`)",
     },
     HostKey {
         name: TRANSACTION_BOUNDARY_INTERVAL_MS,
@@ -550,14 +550,15 @@ impl ConnectorSettings {
                 .ok_or((key, format!("'{value}' is not a positive number or -1 (the broker's default)")))
         };
         let topic_replication = broker_default_or_positive(TOPIC_CREATION_REPLICATION)?;
-        let exactly_once = match text(EXACTLY_ONCE_SUPPORT).trim() {
+        // Case does not matter, as in Connect (CaseInsensitiveValidString).
+        let exactly_once = match text(EXACTLY_ONCE_SUPPORT).trim().to_ascii_lowercase().as_str() {
             "requested" => false,
             "required" => true,
             other => {
                 return Err((EXACTLY_ONCE_SUPPORT, format!("'{other}' is not requested or required")));
             }
         };
-        let transaction_boundary = match text(TRANSACTION_BOUNDARY).trim() {
+        let transaction_boundary = match text(TRANSACTION_BOUNDARY).trim().to_ascii_lowercase().as_str() {
             "poll" => TransactionBoundary::Poll,
             "interval" => TransactionBoundary::Interval(millis(TRANSACTION_BOUNDARY_INTERVAL_MS)?),
             "connector" => {

@@ -207,9 +207,12 @@ pub fn for_connector(
                 .kafka
                 .as_ref()
                 .ok_or_else(|| anyhow::anyhow!("destination=kafka needs [kafka] in sluice.toml"))?;
-            let exactly_once = match (settings.kafka.exactly_once, stores.kafka()) {
+            // As in Connect, a worker with exactly-once source support runs every source
+            // connector in transactions; `required` only refuses a worker without it.
+            let exactly_once = match (settings.kafka.exactly_once || kafka.exactly_once_source, stores.kafka()) {
                 (false, _) => None,
                 (true, Some(backend)) => Some(backend.clone()),
+                (true, None) if !settings.kafka.exactly_once => None,
                 (true, None) => anyhow::bail!("exactly.once.support=required needs [storage] kind = \"kafka\""),
             };
             Arc::new(kafka::KafkaDestination::new(
