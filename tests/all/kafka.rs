@@ -825,6 +825,30 @@ async fn a_task_fenced_at_start_fails_with_the_reason() {
     host.herder.shutdown().await;
 }
 
+/// A cluster that refuses the task's transactional id (an ACL, or a broker without
+/// transactions) fails the task saying so, not that a newer instance took over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_id_the_cluster_refuses_fails_the_task_saying_so() {
+    let cluster = mock_cluster();
+    let host = exactly_once_host(&cluster.bootstrap_servers()).await;
+    let warm = Namespace::new(DEFAULT_TENANT, "warm-up");
+    host.herder
+        .services()
+        .stores
+        .offsets()
+        .commit_offsets(&warm, &[(r#"{"p":0}"#.into(), r#"{"o":0}"#.into())])
+        .unwrap();
+    cluster.request_errors(
+        rdkafka::types::RDKafkaApiKey::InitProducerId,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED],
+    );
+    host.start(exactly_once_counter("eos", "0", &[])).await;
+    let failed = host.wait_task("eos", 0, State::Failed).await;
+    let trace = failed.trace.unwrap_or_default();
+    assert!(trace.contains("refuses this producer transactions") && !trace.contains("newer instance"), "{trace}");
+    host.herder.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn produce_errors_are_retried_and_lose_nothing() {
     let cluster = mock_cluster();

@@ -713,7 +713,21 @@ fn classify(id: &str, error: KafkaError) -> anyhow::Error {
         KafkaError::Transaction(e) => e.is_fatal() || e.code() == RDKafkaErrorCode::Fenced,
         other => other.rdkafka_error_code() == Some(RDKafkaErrorCode::Fenced),
     };
-    if fatal {
+    let code = match &error {
+        KafkaError::Transaction(e) => Some(e.code()),
+        other => other.rdkafka_error_code(),
+    };
+    if matches!(
+        code,
+        Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed | RDKafkaErrorCode::ClusterAuthorizationFailed)
+    ) {
+        // Not a newer instance: the broker will not let this principal use transactions.
+        anyhow::anyhow!(
+            "fenced or fatal: {error} (transactional.id {id}: the cluster refuses this producer transactions: \
+             allow its principal Write on the transactional id (and IdempotentWrite on the cluster), or run this \
+             worker without exactly.once.source.support if the broker has no transactions)"
+        )
+    } else if fatal {
         anyhow::anyhow!(
             "fenced or fatal: {error} (transactional.id {id}: a newer instance of this task took over, or the producer cannot go on)"
         )
