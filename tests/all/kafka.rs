@@ -825,6 +825,30 @@ async fn a_task_fenced_at_start_fails_with_the_reason() {
     host.herder.shutdown().await;
 }
 
+/// On a worker that runs every connector in transactions, a producer override that
+/// outlasts the transaction (which librdkafka refuses) is refused naming the key, not by
+/// every task failing to start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_longer_than_the_transaction_is_refused_naming_the_key() {
+    let cluster = mock_cluster();
+    let host = exactly_once_host(&cluster.bootstrap_servers()).await;
+    let config = connector("slow", "counter", &[("topic", "t"), ("producer.override.message.timeout.ms", "120000")]);
+    let error = host.herder.start(config).await.unwrap_err().to_string();
+    assert!(error.contains("producer.override.message.timeout.ms") && error.contains("at most 60000"), "{error}");
+    let config = connector(
+        "fits",
+        "counter",
+        &[
+            ("topic", "t"),
+            ("producer.override.message.timeout.ms", "120000"),
+            ("producer.override.transaction.timeout.ms", "120000"),
+        ],
+    );
+    host.herder.start(config).await.unwrap();
+    host.wait_task("fits", 0, State::Running).await;
+    host.herder.shutdown().await;
+}
+
 /// A cluster that refuses the task's transactional id (an ACL, or a broker without
 /// transactions) fails the task saying so, not that a newer instance took over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

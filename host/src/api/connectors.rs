@@ -2,7 +2,7 @@
 //! status, tasks, restart, pause, resume, stop, delete, KIP-875 offsets) over the herder.
 //! Bodies are Connect's shapes; a name is the caller's (see [`super::auth`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use axum::Extension;
@@ -11,6 +11,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::auth::Caller;
@@ -21,7 +22,7 @@ use crate::config::{ConnectorConfig, DEFAULT_TENANT};
 use crate::connect::HerderError;
 use crate::storage::Namespace;
 use crate::storage::TargetState;
-use crate::storage::json::{canonical_object, inexact_integer};
+use crate::storage::json::canonical_object;
 
 type Shared = State<Arc<ApiState>>;
 
@@ -564,7 +565,8 @@ pub async fn patch_offsets(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let ns = caller.namespace(&name)?;
-    let body = json_body(&body)?;
+    let body_bytes = body;
+    let body = json_body(&body_bytes)?;
     let Some(Value::Array(entries)) = body.get("offsets") else {
         return Err(ApiError::bad_request(
             "Expected {\"offsets\": [{\"partition\": {...}, \"offset\": {...} or null}]}",
@@ -573,27 +575,24 @@ pub async fn patch_offsets(
     if entries.is_empty() {
         return Err(ApiError::bad_request("offsets: empty; list the partitions whose offsets to change"));
     }
+    // Each partition and offset as it was typed: read back from a parsed number, an
+    // integer past 64 bits would be a float already (and `1e300` would look like one).
+    let raw = raw_offset_entries(&body_bytes);
+    let text_of = |i: usize, part: &str, parsed: &Value| {
+        let typed = raw.as_ref().and_then(|raw| raw.get(i)).and_then(|entry| entry.get(part).copied().flatten());
+        typed.map_or_else(|| parsed.to_string(), |typed| typed.get().to_string())
+    };
     let mut changes = Vec::with_capacity(entries.len());
     for (i, entry) in entries.iter().enumerate() {
-        for part in ["partition", "offset"] {
-            let mut values = entry.get(part).and_then(Value::as_object).into_iter().flatten();
-            if let Some((key, Value::Number(n))) =
-                values.find(|(_, v)| matches!(v, Value::Number(n) if inexact_integer(n)))
-            {
-                return Err(ApiError::bad_request(format!(
-                    "offsets[{i}].{part}: \"{key}\": the number {n} is too large to be kept exactly (an integer has at most 64 bits)"
-                )));
-            }
-        }
         let partition = match entry.get("partition") {
-            Some(partition @ Value::Object(_)) => canonical_object(&partition.to_string()),
+            Some(partition @ Value::Object(_)) => canonical_object(&text_of(i, "partition", partition)),
             _ => Err("missing or not a JSON object".to_string()),
         }
         .map_err(|e| ApiError::bad_request(format!("offsets[{i}].partition: {e}")))?;
         let offset = match entry.get("offset") {
             None | Some(Value::Null) => None,
             Some(offset @ Value::Object(_)) => Some(
-                canonical_object(&offset.to_string())
+                canonical_object(&text_of(i, "offset", offset))
                     .map_err(|e| ApiError::bad_request(format!("offsets[{i}].offset: {e}")))?,
             ),
             Some(_) => {
@@ -604,6 +603,18 @@ pub async fn patch_offsets(
     }
     state.herder.alter_offsets(&ns, &changes).await?;
     Ok(Json(json!({ "message": "The offsets for this connector have been altered successfully" })))
+}
+
+/// The `offsets` entries of a PATCH body as typed: each entry's keys and their values
+/// text (`None` when the body is not that shape; the parsed body says what is wrong).
+fn raw_offset_entries(body: &[u8]) -> Option<Vec<HashMap<String, Option<&RawValue>>>> {
+    #[derive(serde::Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        offsets: Vec<HashMap<String, Option<&'a RawValue>>>,
+    }
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    serde_json::from_slice::<Body>(body).ok().map(|body| body.offsets)
 }
 
 /// `DELETE /connectors/{name}/offsets`: forgets every offset of a STOPPED connector.

@@ -32,7 +32,8 @@ pub struct KafkaConfig {
     pub statuses: InternalTopic,
     /// Connect's `group.id`: the worker group, and the prefix of tasks' transactional ids.
     pub group_id: String,
-    /// `exactly.once.source.support=enabled`: connectors may ask for exactly-once.
+    /// `exactly.once.source.support=enabled`: with Kafka storage, every `destination=kafka`
+    /// connector runs in transactions, as in Connect.
     pub exactly_once_source: bool,
 }
 

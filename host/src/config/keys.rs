@@ -363,7 +363,8 @@ pub struct KafkaSettings {
     /// Partitions and replication of topics created on first use (`-1`: the broker's).
     pub topic_partitions: i32,
     pub topic_replication: i16,
-    /// `exactly.once.support=required`: transactions; else at-least-once.
+    /// `exactly.once.support=required`: transactions, and refused on a worker without
+    /// exactly-once source support (with it, every connector runs in transactions).
     pub exactly_once: bool,
     pub transaction_boundary: TransactionBoundary,
 }
@@ -554,8 +555,9 @@ impl ConnectorSettings {
         let exactly_once = match text(EXACTLY_ONCE_SUPPORT).trim().to_ascii_lowercase().as_str() {
             "requested" => false,
             "required" => true,
-            other => {
-                return Err((EXACTLY_ONCE_SUPPORT, format!("'{other}' is not requested or required")));
+            _ => {
+                let typed = text(EXACTLY_ONCE_SUPPORT);
+                return Err((EXACTLY_ONCE_SUPPORT, format!("'{typed}' is not requested or required")));
             }
         };
         let transaction_boundary = match text(TRANSACTION_BOUNDARY).trim().to_ascii_lowercase().as_str() {
@@ -567,7 +569,10 @@ impl ConnectorSettings {
                     "'connector' (transactions the connector defines) is not supported: the WIT world has no transaction context; use poll or interval".into(),
                 ));
             }
-            other => return Err((TRANSACTION_BOUNDARY, format!("'{other}' is not poll or interval"))),
+            _ => {
+                let typed = text(TRANSACTION_BOUNDARY);
+                return Err((TRANSACTION_BOUNDARY, format!("'{typed}' is not poll or interval")));
+            }
         };
         let kafka = KafkaSettings {
             topic_partitions: broker_default_or_positive(TOPIC_CREATION_PARTITIONS)?,

@@ -212,6 +212,12 @@ fn destination_problems(
             ));
         }
     }
+    // As in for_connector: such a worker runs every connector in transactions.
+    let transactional = settings.kafka.exactly_once
+        || (kafka.exactly_once_source && services.worker.storage.kind == StorageKind::Kafka);
+    if transactional {
+        problems.extend(transactional_timeout_problems(config, &overrides));
+    }
     if let Some(topic) = &settings.errors.dead_letter_topic {
         let topic = match config.tenant() {
             crate::config::DEFAULT_TENANT => topic.clone(),
@@ -234,6 +240,33 @@ fn destination_problems(
     }
     for (key, _) in overrides.iter().filter(|(key, _)| MANAGED_PRODUCER_KEYS.contains(&key.as_str())) {
         problems.push(config.error(&format!("{PRODUCER_OVERRIDE_PREFIX}{key}"), "set by Sluice itself"));
+    }
+    problems
+}
+
+/// librdkafka refuses to make a transactional producer whose `message.timeout.ms` (or
+/// `socket.timeout.ms`, past 100 ms of slack) outlasts its `transaction.timeout.ms`: said
+/// here, naming the key, rather than by every task failing to start.
+fn transactional_timeout_problems(
+    config: &ConnectorConfig,
+    overrides: &std::collections::BTreeMap<String, String>,
+) -> Vec<ConfigError> {
+    let millis = |key: &str| overrides.get(key).and_then(|value| value.trim().parse::<u64>().ok());
+    let transaction_ms =
+        millis("transaction.timeout.ms").unwrap_or(crate::destinations::kafka::TRANSACTION_TIMEOUT.as_millis() as u64);
+    let mut problems = Vec::new();
+    for (key, slack) in [("message.timeout.ms", 0), ("socket.timeout.ms", 100)] {
+        if let Some(ms) = millis(key).filter(|ms| *ms > transaction_ms + slack) {
+            problems.push(config.error(
+                &format!("{PRODUCER_OVERRIDE_PREFIX}{key}"),
+                format!(
+                    "{ms} ms outlasts the transactions this connector's records are written in on this worker \
+                     (exactly-once; transaction.timeout.ms {transaction_ms} ms), which Kafka's producer refuses: \
+                     set it to at most {}",
+                    transaction_ms + slack
+                ),
+            ));
+        }
     }
     problems
 }

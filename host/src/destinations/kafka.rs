@@ -4,7 +4,8 @@
 //! offset never passes a record that was not written (what Connect's `SubmittedRecords`
 //! guarantees). A crash between the two re-sends at most that batch.
 //!
-//! With `exactly.once.support=required` (KIP-618) each task instance has a transactional
+//! On a worker with exactly-once source support (KIP-618; or with a connector's
+//! `exactly.once.support=required`) each task instance has a transactional
 //! producer (`transactional.id` `<group.id>-<connector>-<task>`, the connector qualified by
 //! its tenant): a transaction holds a poll batch's records and the offsets they advance,
 //! written to the offsets topic by the same producer (`transaction.boundary=poll`), or
@@ -14,8 +15,8 @@
 //! looked up (a new producer with the id, then the offsets topic) before its batch is
 //! either counted delivered or sent again.
 //!
-//! Connectors whose producer settings are the same (the worker's `[kafka]` and the same
-//! `producer.override.*`, usually none) share one producer and one admin client: each
+//! A tenant's connectors whose producer settings are the same (the worker's `[kafka]` and
+//! the same `producer.override.*`, usually none) share one producer and one admin client: each
 //! librdkafka client keeps its own threads (its main thread, one per broker, rdkafka's
 //! polling thread) and connections, busy even while idle, and a worker of hundreds of
 //! Kafka connectors had thousands of them. Exactly-once tasks keep their own
@@ -91,7 +92,7 @@ impl KafkaDestination {
         for (key, value) in overrides {
             config.set(key, value);
         }
-        let clients = SharedClients::for_settings(kafka, config)?;
+        let clients = SharedClients::for_settings(kafka, tenant, config)?;
         // Exactly-once sends through each task's transactional producer only.
         let producer = match exactly_once {
             Some(_) => None,
@@ -268,8 +269,8 @@ impl Destination for KafkaDestination {
             if let Some(backend) = &self.exactly_once {
                 backend.claim_transactional_id(&id);
             }
-            let context = KafkaLog::noting(self.topics.clients.trouble.clone());
-            let producer = transactional_producer(&self.kafka, &self.overrides, &id, context)?;
+            // Its errors (the fencing it is made for) are nobody's trouble.
+            let producer = transactional_producer(&self.kafka, &self.overrides, &id, KafkaLog::default())?;
             producer
                 .init_transactions(TRANSACTION_TIMEOUT)
                 .map_err(|e| anyhow::anyhow!("cannot fence the retired task {task}: {e}"))?;
@@ -454,7 +455,7 @@ impl Destination for AtLeastOnceTask {
 
 /// How long transactional calls (init, abort) may take, and Sluice's
 /// `transaction.timeout.ms`.
-const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long one try at committing is waited for: the producer's `transaction.timeout.ms`
 /// (a `producer.override`, else Sluice's 60 s), after which the coordinator would abort a
@@ -507,6 +508,8 @@ struct TransactionalTask {
     commit_wait: Duration,
     /// Makes (and initialises) this task's producer again when one cannot finish an abort.
     new_producer: Box<dyn Fn() -> anyhow::Result<FutureProducer<KafkaLog>> + Send + Sync>,
+    /// The latest error of this task's producers.
+    trouble: Arc<ClientTrouble>,
     state: Mutex<TransactionState>,
 }
 
@@ -539,7 +542,10 @@ impl TransactionalTask {
         let superseded = backend.claim_transactional_id(&id);
         let (kafka, overrides, made_id, instance) =
             (parent.kafka.clone(), parent.overrides.clone(), id.clone(), superseded.clone());
-        let context = KafkaLog::noting(parent.topics.clients.trouble.clone());
+        // The task's own: another task's errors (its fencing of its previous instance) are
+        // not why this one waits.
+        let trouble = Arc::new(ClientTrouble::default());
+        let context = KafkaLog::noting(trouble.clone());
         let new_producer = Box::new(move || {
             // An instance given up on may still be working (its commit waiting on a broker
             // that is away) when the task's next one starts: initialising the id then
@@ -562,6 +568,7 @@ impl TransactionalTask {
             boundary: parent.settings.transaction_boundary,
             commit_wait: commit_wait(&parent.overrides),
             new_producer,
+            trouble,
             state: Mutex::new(TransactionState { producer, open: None, unsettled: None }),
         })
     }
@@ -738,7 +745,10 @@ fn classify(id: &str, error: KafkaError) -> anyhow::Error {
 
 impl Destination for TransactionalTask {
     fn waiting_reason(&self) -> Option<String> {
-        self.topics.waiting_reason()
+        match self.trouble.recent(TROUBLE_RECENT) {
+            Some(error) => Some(format!("the Kafka client's latest error: {error}")),
+            None => self.topics.waiting_reason(),
+        }
     }
 
     /// `gate` is not needed to keep a batch given up on from committing: the task's next
@@ -843,21 +853,35 @@ struct SharedClients {
 impl SharedClients {
     /// The clients of `settings` (the connector's producer settings), made if no
     /// connector uses them now.
-    fn for_settings(kafka: &KafkaConfig, settings: ClientConfig) -> anyhow::Result<Arc<SharedClients>> {
+    /// Per tenant: one tenant's full queue, fatal producer error or connection trouble is
+    /// never another's.
+    fn for_settings(kafka: &KafkaConfig, tenant: &str, settings: ClientConfig) -> anyhow::Result<Arc<SharedClients>> {
         static IN_USE: Mutex<Option<HashMap<ClientSettings, Weak<SharedClients>>>> = Mutex::new(None);
-        let key: ClientSettings =
+        let mut key: ClientSettings =
             settings.config_map().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let mut in_use = IN_USE.lock().unwrap();
-        let in_use = in_use.get_or_insert_with(HashMap::new);
-        in_use.retain(|_, clients| clients.strong_count() > 0);
-        if let Some(clients) = in_use.get(&key).and_then(Weak::upgrade) {
+        key.push(("<tenant>".into(), tenant.into()));
+        let in_use = |key: &ClientSettings| {
+            let mut in_use = IN_USE.lock().unwrap();
+            let in_use = in_use.get_or_insert_with(HashMap::new);
+            in_use.retain(|_, clients| clients.strong_count() > 0);
+            in_use.get(key).and_then(Weak::upgrade)
+        };
+        if let Some(clients) = in_use(&key) {
             return Ok(clients);
         }
+        // Made without the lock (a client's start may take a while: SSL stores, SASL), so
+        // two connectors may make one each; the first one kept is the one both use.
         let trouble = Arc::new(ClientTrouble::default());
         let admin = admin_client(kafka, KafkaLog::noting(trouble.clone()))?;
-        let clients = Arc::new(SharedClients { settings, trouble, admin, producer: Mutex::default() });
-        in_use.insert(key, Arc::downgrade(&clients));
-        Ok(clients)
+        let made = Arc::new(SharedClients { settings, trouble, admin, producer: Mutex::default() });
+        let mut guard = IN_USE.lock().unwrap();
+        let in_use = guard.get_or_insert_with(HashMap::new);
+        if let Some(clients) = in_use.get(&key).and_then(Weak::upgrade) {
+            drop(guard);
+            return Ok(clients);
+        }
+        in_use.insert(key, Arc::downgrade(&made));
+        Ok(made)
     }
 
     fn producer(&self) -> anyhow::Result<Arc<SharedProducer>> {

@@ -6,7 +6,8 @@
 //! - `stdout`: JSON lines ([`json`]); offsets commit after the lines are flushed
 //!   (at-least-once).
 //! - `kafka`: Kafka topics ([`kafka`]); offsets commit once every record is acknowledged
-//!   (at-least-once).
+//!   (at-least-once), or with the records in one transaction on a worker with exactly-once
+//!   source support.
 //!
 //! Uses the config and storage layers.
 

@@ -169,17 +169,21 @@ pub fn check_object(text: &str) -> Result<(), String> {
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut problem = None;
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                // Its text, checked as JSON by the parser: what kind of value it is shows
-                // in its first byte, and an integer too wide for 64 bits in its digits.
+                // Its text: what kind of value it is shows in its first byte, and an
+                // integer too wide for 64 bits in its digits. The raw text is only scanned,
+                // so a primitive is parsed too (a number out of range, a lone surrogate
+                // are refused, as `canonical_object` refuses them).
                 let value = map.next_value::<&'de serde_json::value::RawValue>()?.get();
                 if problem.is_none() {
-                    if value.starts_with(['[', '{']) {
-                        problem = Some(format!(
-                            "an object whose \"{key}\" is not a primitive (string, number, boolean or null)"
-                        ));
+                    problem = if value.starts_with(['[', '{']) {
+                        Some(format!("an object whose \"{key}\" is not a primitive (string, number, boolean or null)"))
                     } else if integer_literal_too_wide(value) {
-                        problem = Some(too_wide(&key));
-                    }
+                        Some(too_wide(&key))
+                    } else if let Err(e) = serde_json::from_str::<Value>(value) {
+                        Some(format!("not JSON (\"{key}\": {e})"))
+                    } else {
+                        None
+                    };
                 }
             }
             Ok(problem.map_or(Ok(()), Err))
@@ -247,6 +251,9 @@ mod tests {
             r#"{"a":[1]}"#,
             "1",
             r#"{"a":1} x"#,
+            r#"{"n":1e400}"#,
+            r#"{"f":"\udcff"}"#,
+            r#"{"f":"\ud83d\ude00","g":1e300}"#,
         ] {
             assert_eq!(check_object(text).is_ok(), canonical_object(text).is_ok(), "{text}");
         }

@@ -50,8 +50,20 @@ fn kafka_connectors_with_the_same_settings_share_one_producer() {
         .spawn()
         .unwrap();
     let pid = worker_process.id();
-    // Every connector delivering: a few records of each (20/s from each of 21).
-    wait_until("records of every connector", || (broker.count("shared") >= 21 * 60).then_some(()));
+    // Every connector delivering: an offset committed by each (after its records were
+    // acknowledged).
+    let data = dir.path().join("data");
+    let names: Vec<String> = (0..SHARING).map(|i| format!("k{i}")).chain(["own".to_string()]).collect();
+    wait_until("an offset committed by every connector", || {
+        let stores = crate::stores(&data).ok()?;
+        names
+            .iter()
+            .all(|name| {
+                let ns = sluice::storage::Namespace::new(sluice::config::DEFAULT_TENANT, name);
+                stores.offsets().offsets(&ns, &[r#"{"counter":0}"#.into()]).is_ok_and(|o| o[0].is_some())
+            })
+            .then_some(())
+    });
     let clients = kafka_clients(pid);
     // One admin client and one producer for the twenty, the same two for the override
     // (two a connector before: 42).

@@ -265,6 +265,10 @@ fn offsets_change_while_stopped_and_resume_continues_from_them() {
         refused.contains("offsets[0].offset") && refused.contains("\"seq\"") && refused.contains("too large"),
         "{refused}"
     );
+    // A float is a float, kept as typed, whatever its size.
+    let float = r#"{"offsets": [{"partition": {"counter": 0}, "offset": {"seq": 1, "f": 1e300}}]}"#;
+    assert_eq!(server.call("PATCH", "/connectors/o/offsets", None, Some(float)).status, 200);
+    assert_eq!(server.get("/connectors/o/offsets").json()["offsets"][0]["offset"], json!({"seq": 1, "f": 1e300}));
     let reset = server.call("DELETE", "/connectors/o/offsets", None, None);
     assert_eq!(reset.json()["message"], "The offsets for this connector have been reset successfully");
     assert_eq!(server.get("/connectors/o/offsets").json(), json!({"offsets": []}));
