@@ -802,8 +802,8 @@ async fn a_fenced_task_fails_with_the_reason_and_commits_nothing_more() {
     host.herder.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_fenced_at_start_fails_with_the_reason() {
+/// The trace of an exactly-once task whose producer's InitProducerId is answered `error`.
+async fn trace_of_a_task_whose_start_is_refused(error: rdkafka::types::RDKafkaRespErr) -> String {
     let cluster = mock_cluster();
     let host = exactly_once_host(&cluster.bootstrap_servers()).await;
     // The worker's own (idempotent) producer for its state topics gets its producer id
@@ -815,14 +815,20 @@ async fn a_task_fenced_at_start_fails_with_the_reason() {
         .offsets()
         .commit_offsets(&warm, &[(r#"{"p":0}"#.into(), r#"{"o":0}"#.into())])
         .unwrap();
-    cluster.request_errors(
-        rdkafka::types::RDKafkaApiKey::InitProducerId,
-        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH],
-    );
+    cluster.request_errors(rdkafka::types::RDKafkaApiKey::InitProducerId, &[error]);
     host.start(exactly_once_counter("eos", "0", &[])).await;
     let failed = host.wait_task("eos", 0, State::Failed).await;
-    assert!(failed.trace.as_deref().is_some_and(|t| t.contains("fenced")), "{failed:?}");
     host.herder.shutdown().await;
+    failed.trace.unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_fenced_at_start_fails_with_the_reason() {
+    let trace = trace_of_a_task_whose_start_is_refused(
+        rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH,
+    )
+    .await;
+    assert!(trace.contains("fenced"), "{trace}");
 }
 
 /// On a worker that runs every connector in transactions, a producer override that
@@ -853,24 +859,11 @@ async fn a_timeout_longer_than_the_transaction_is_refused_naming_the_key() {
 /// transactions) fails the task saying so, not that a newer instance took over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transactional_id_the_cluster_refuses_fails_the_task_saying_so() {
-    let cluster = mock_cluster();
-    let host = exactly_once_host(&cluster.bootstrap_servers()).await;
-    let warm = Namespace::new(DEFAULT_TENANT, "warm-up");
-    host.herder
-        .services()
-        .stores
-        .offsets()
-        .commit_offsets(&warm, &[(r#"{"p":0}"#.into(), r#"{"o":0}"#.into())])
-        .unwrap();
-    cluster.request_errors(
-        rdkafka::types::RDKafkaApiKey::InitProducerId,
-        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED],
-    );
-    host.start(exactly_once_counter("eos", "0", &[])).await;
-    let failed = host.wait_task("eos", 0, State::Failed).await;
-    let trace = failed.trace.unwrap_or_default();
+    let trace = trace_of_a_task_whose_start_is_refused(
+        rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    )
+    .await;
     assert!(trace.contains("refuses this producer transactions") && !trace.contains("newer instance"), "{trace}");
-    host.herder.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
