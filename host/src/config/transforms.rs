@@ -339,9 +339,11 @@ pub enum Predicate {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DatePart {
     Text(String),
-    /// `yyyy` (`yy`: the last two digits).
+    /// `yyyy` (`yy`: the last two digits). `abbreviated` (`y` or `yy`): two digits read
+    /// are a year within 80 years before and 20 after now, as Java's parser reads them.
     Year {
         two_digits: bool,
+        abbreviated: bool,
     },
     Month {
         width: usize,
@@ -442,7 +444,8 @@ impl Transforms {
                 }
                 "InsertHeader" => Transform::InsertHeader {
                     header: required(&key("header"), read(key("header")))?.to_string(),
-                    value: required(&key("value.literal"), read(key("value.literal")))?.to_string(),
+                    // Empty is a value (Connect refuses only a missing one).
+                    value: present(&key("value.literal"), read(key("value.literal")))?.to_string(),
                 },
                 "DropHeaders" => {
                     Transform::DropHeaders { headers: list(required(&key("headers"), read(key("headers")))?) }
@@ -450,7 +453,7 @@ impl Transforms {
                 "Filter" => Transform::Filter,
                 "ValueToKey" => {
                     top_level_fields(&key, &mut read)?;
-                    Transform::ValueToKey { fields: list(required(&key("fields"), read(key("fields")))?) }
+                    Transform::ValueToKey { fields: once_each(list(required(&key("fields"), read(key("fields")))?)) }
                 }
                 _ => match field_transform(simple) {
                     Some(Ok((part, "HeaderFrom"))) => {
@@ -546,7 +549,7 @@ fn field_change<'a>(
                 replacement => replacement.map(String::from),
             },
         },
-        "HoistField" => FieldChange::Hoist { field: required(&key("field"), read(key("field")))?.to_string() },
+        "HoistField" => FieldChange::Hoist { field: present(&key("field"), read(key("field")))?.to_string() },
         "Flatten" => FieldChange::Flatten { delimiter: read(key("delimiter")).unwrap_or(".").to_string() },
         "Cast" => cast_spec(&key("spec"), required(&key("spec"), read(key("spec")))?)?,
         _ => timestamp_converter(key, read)?,
@@ -610,16 +613,25 @@ fn cast_spec(key: &str, spec: &str) -> Result<FieldChange, TransformProblem> {
     {
         return Ok(FieldChange::Cast { whole: Some(type_of(only)?), fields: Vec::new() });
     }
-    let fields = entries
-        .iter()
-        .map(|entry| match entry.split_once(':') {
-            Some((field, to)) if !field.trim().is_empty() => Ok((field.trim().to_string(), type_of(to)?)),
-            _ => Err((
-                key.to_string(),
-                format!("'{entry}' is not field:type (a type alone casts the whole value, and only as the one entry)"),
-            )),
-        })
-        .collect::<Result<_, _>>()?;
+    let mut fields: Vec<(String, CastType)> = Vec::with_capacity(entries.len());
+    for entry in &entries {
+        let (field, to) = match entry.split_once(':') {
+            Some((field, to)) if !field.trim().is_empty() => (field.trim().to_string(), type_of(to)?),
+            _ => {
+                return Err((
+                    key.to_string(),
+                    format!(
+                        "'{entry}' is not field:type (a type alone casts the whole value, and only as the one entry)"
+                    ),
+                ));
+            }
+        };
+        // A field named twice is cast once, to its last type, as Connect's map keeps it.
+        match fields.iter_mut().find(|(known, _)| *known == field) {
+            Some(known) => known.1 = to,
+            None => fields.push((field, to)),
+        }
+    }
     Ok(FieldChange::Cast { whole: None, fields })
 }
 
@@ -788,12 +800,28 @@ fn list(value: &str) -> Vec<String> {
     value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(String::from).collect()
 }
 
+/// `names` without repeats, each where it first came (a key made of `k,k` is `{"k":..}`).
+fn once_each(names: Vec<String>) -> Vec<String> {
+    let mut kept: Vec<String> = Vec::with_capacity(names.len());
+    for name in names {
+        if !kept.contains(&name) {
+            kept.push(name);
+        }
+    }
+    kept
+}
+
 fn aliases(key: &str, value: Option<&str>) -> Result<Vec<String>, TransformProblem> {
     let aliases = list(value.unwrap_or_default());
     if let Some((_, alias)) = aliases.iter().enumerate().find(|(index, alias)| aliases[..*index].contains(alias)) {
         return Err((key.into(), format!("alias '{alias}' is listed twice")));
     }
     Ok(aliases)
+}
+
+/// A key that must be given, empty or not.
+fn present<'a>(key: &str, value: Option<&'a str>) -> Result<&'a str, TransformProblem> {
+    value.ok_or_else(|| (key.to_string(), "missing: required by this transform".into()))
 }
 
 fn required<'a>(key: &str, value: Option<&'a str>) -> Result<&'a str, TransformProblem> {
@@ -914,7 +942,7 @@ pub fn date_format(pattern: &str) -> Result<Vec<DatePart>, String> {
             parts.push(DatePart::Text(std::mem::take(&mut text)));
         }
         parts.push(match c {
-            'y' => DatePart::Year { two_digits: width == 2 },
+            'y' => DatePart::Year { two_digits: width == 2, abbreviated: width <= 2 },
             'M' if width <= 2 => DatePart::Month { width },
             'd' => DatePart::Day { width },
             'H' => DatePart::Hour { width },
@@ -946,8 +974,8 @@ pub fn format_date(format: &[DatePart], millis: i64) -> String {
     for part in format {
         match part {
             DatePart::Text(text) => out.push_str(text),
-            DatePart::Year { two_digits: true } => number(&mut out, year.rem_euclid(100), 2),
-            DatePart::Year { two_digits: false } => number(&mut out, year, 4),
+            DatePart::Year { two_digits: true, .. } => number(&mut out, year.rem_euclid(100), 2),
+            DatePart::Year { two_digits: false, .. } => number(&mut out, year, 4),
             DatePart::Month { width } => number(&mut out, month, *width),
             DatePart::Day { width } => number(&mut out, day, *width),
             DatePart::Hour { width } => number(&mut out, in_day / 3_600_000, *width),
@@ -987,8 +1015,8 @@ pub fn parse_date(format: &[DatePart], text: &str, now_year: i64) -> Result<i64,
                 rest = after;
                 continue;
             }
-            DatePart::Year { two_digits: true } => 2,
-            DatePart::Year { two_digits: false } => 4,
+            DatePart::Year { two_digits: true, .. } => 2,
+            DatePart::Year { two_digits: false, .. } => 4,
             DatePart::Month { width }
             | DatePart::Day { width }
             | DatePart::Hour { width }
@@ -1011,7 +1039,7 @@ pub fn parse_date(format: &[DatePart], text: &str, now_year: i64) -> Result<i64,
             .ok_or_else(|| format!("'{}' in '{text}' is too large", &rest[..taken]))?;
         rest = &rest[taken..];
         match part {
-            DatePart::Year { two_digits: true } if taken == 2 => {
+            DatePart::Year { abbreviated: true, .. } if taken == 2 => {
                 let century = (now_year - 80).div_euclid(100) * 100;
                 year = if century + number < now_year - 80 { century + 100 + number } else { century + number };
             }
@@ -1376,6 +1404,9 @@ mod tests {
         let year = |text: &str| year_of(read("yy", text).unwrap());
         assert_eq!((year("26"), year("47"), year("45"), year("2026")), (2026, 1947, 2045, 2026));
         assert_eq!((year("5"), year("026")), (5, 26), "only two digits are read around now, as in Java");
+        let one_y = |text: &str| year_of(read("y-MM-dd", text).unwrap());
+        assert_eq!((one_y("26-03-04"), one_y("2026-03-04")), (2026, 2026), "`y` reads two digits as `yy` does");
+        assert_eq!(format_date(&date_format("y").unwrap(), 1_796_476_029_042), "2026", "`y` writes the whole year");
         assert_eq!(read("yyyy-MM-dd HH:mm", " 2026-12-05 \t13:07"), read("yyyy-MM-dd HH:mm", "2026-12-05 13:07"));
         assert!(read("yyyy", "999999999999").unwrap_err().contains("too large"));
         assert!(read("yyyy", "999999999").unwrap_err().contains("past the range"));
@@ -1534,5 +1565,25 @@ mod tests {
         let keys = plugin_keys("org.apache.kafka.connect.transforms.MaskField$Value").unwrap();
         let replacement = keys.iter().find(|k| k.name == "replacement").unwrap();
         assert!(!replacement.required && replacement.default_value.is_none(), "optional, null by default");
+    }
+
+    #[test]
+    fn lists_that_name_a_field_twice_mean_it_once_as_connects_maps_do() {
+        let one = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("transforms", "x")];
+            all.extend_from_slice(pairs);
+            format!("{:?}", parse(&all).unwrap().steps()[0].transform)
+        };
+        let key = one(&[("transforms.x.type", "ValueToKey"), ("transforms.x.fields", "k,j,k")]);
+        assert_eq!(key, r#"ValueToKey { fields: ["k", "j"] }"#);
+        let cast = one(&[("transforms.x.type", "Cast$Value"), ("transforms.x.spec", "n:int8,m:int32,n:string")]);
+        assert!(cast.contains(r#"fields: [("n", String), ("m", Int32)]"#), "{cast}");
+        // Empty is a value, as in Connect: only a missing one is refused.
+        let header = one(&[
+            ("transforms.x.type", "InsertHeader"),
+            ("transforms.x.header", "h"),
+            ("transforms.x.value.literal", ""),
+        ]);
+        assert_eq!(header, r#"InsertHeader { header: "h", value: "" }"#);
     }
 }

@@ -50,12 +50,21 @@ enum Json {
 }
 
 impl Json {
+    /// An object is read as Connect's JSON converter reads it: a name given twice is one
+    /// field, the last value in the first one's place (a transform that changed only one
+    /// of them would leave the other, a masked field's secret say, in the record).
     fn parse(bytes: &[u8]) -> Result<Json, serde_json::Error> {
         let raw: Box<RawValue> = serde_json::from_slice(bytes)?;
+        Json::of(raw)
+    }
+
+    fn of(raw: Box<RawValue>) -> Result<Json, serde_json::Error> {
         if !raw.get().starts_with('{') {
             return Ok(Json::Other(raw));
         }
-        Ok(Json::Object(serde_json::Deserializer::from_str(raw.get()).deserialize_map(FieldsInOrder)?))
+        let mut fields = serde_json::Deserializer::from_str(raw.get()).deserialize_map(FieldsInOrder)?;
+        one_field_per_name(&mut fields);
+        Ok(Json::Object(fields))
     }
 
     fn write(&self) -> Box<RawValue> {
@@ -275,7 +284,11 @@ fn reshape(
             *json = match json.take() {
                 None => None,
                 Some(Json::Other(value)) if is_null(&value) => Some(Json::Other(value)),
-                Some(Json::Object(object)) => extract(object, path)?.filter(|v| !is_null(v)).map(Json::Other),
+                // An object extracted is an object to the transforms after it.
+                Some(Json::Object(object)) => extract(object, path)?
+                    .filter(|v| !is_null(v))
+                    .map(|v| Json::of(v).map_err(|e| format!("the {what} is not JSON ({e})")))
+                    .transpose()?,
                 Some(other) => return Err(not_an_object(what, Some(&other))),
             };
             return Ok(());
@@ -321,7 +334,8 @@ fn reshape(
         FieldChange::Replace { exclude, include, renames } => {
             object.retain(|(name, _)| !exclude.contains(name) && (include.is_empty() || include.contains(name)));
             for (name, _) in object.iter_mut() {
-                if let Some((_, to)) = renames.iter().find(|(from, _)| from == name) {
+                // A name renamed twice: the last, as Connect's map of renames keeps it.
+                if let Some((_, to)) = renames.iter().rev().find(|(from, _)| from == name) {
                     *name = to.clone();
                 }
             }
@@ -675,9 +689,11 @@ mod tests {
             panic!("an object")
         };
         let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["b", "a", "b"]);
+        assert_eq!(names, ["b", "a"], "a name given twice is one field, where it first was");
         assert_eq!(field(&fields, "b").unwrap().get(), "\"x\"", "the last of a name, as a map keeps");
-        assert_eq!(Json::Object(fields).write().get(), r#"{"b":1.50,"a":[1, 2],"b":"x"}"#);
+        assert_eq!(Json::Object(fields).write().get(), r#"{"b":"x","a":[1, 2]}"#);
+        let Json::Object(fields) = Json::parse(b"{\"b\":1.50, \"a\":[1, 2]}").unwrap() else { panic!("an object") };
+        assert_eq!(Json::Object(fields).write().get(), r#"{"b":1.50,"a":[1, 2]}"#, "values as they were written");
         assert!(matches!(Json::parse(b" \"text\" ").unwrap(), Json::Other(raw) if raw.get() == "\"text\""));
         assert!(Json::parse(b"{\"a\":1} trailing").is_err());
         for (value, empty) in [("true", "false"), ("-3e2", "0"), ("\"s\"", "\"\""), ("[1]", "[]"), ("{}", "{}")] {
@@ -801,6 +817,33 @@ mod tests {
         let through = extract(value, &["n", "x"]).unwrap_err();
         assert!(through.contains("through 'n'") && through.contains("it is a number"), "{through}");
         assert_eq!(extract("null", &["foo"]).unwrap().as_deref(), Some("null"), "JSON's null passes");
+        // An object extracted is an object to the next transform.
+        let mut json = Some(Json::parse(br#"{"outer":{"inner":{"x":1,"drop":2}},"n":1}"#).unwrap());
+        for field in ["outer", "inner"] {
+            reshape(&mut json, &FieldChange::Extract { path: vec![field.into()] }, "value", "t", 0).unwrap();
+        }
+        let drop = FieldChange::Replace { exclude: vec!["drop".into()], include: Vec::new(), renames: Vec::new() };
+        reshape(&mut json, &drop, "value", "t", 0).unwrap();
+        assert_eq!(json.unwrap().write().get(), r#"{"x":1}"#);
+    }
+
+    #[test]
+    fn a_field_named_twice_is_masked_and_cast_whole_and_renamed_by_the_last_rename() {
+        let mut json = Some(Json::parse(br#"{"ssn":"123-45-6789","name":"x","ssn":"000"}"#).unwrap());
+        reshape(&mut json, &FieldChange::Mask { fields: vec!["ssn".into()], replacement: None }, "value", "t", 0)
+            .unwrap();
+        assert_eq!(json.unwrap().write().get(), r#"{"ssn":"","name":"x"}"#, "no secret left behind");
+        let mut json = Some(Json::parse(br#"{"a":1,"n":300}"#).unwrap());
+        let renames = vec![("a".into(), "b".into()), ("a".into(), "c".into())];
+        reshape(
+            &mut json,
+            &FieldChange::Replace { exclude: Vec::new(), include: Vec::new(), renames },
+            "value",
+            "t",
+            0,
+        )
+        .unwrap();
+        assert_eq!(json.unwrap().write().get(), r#"{"c":1,"n":300}"#, "the last rename of a name, as Connect's map");
     }
 
     #[test]
