@@ -104,3 +104,43 @@ async fn the_same_config_put_again_restarts_no_task() {
     })
     .await;
 }
+
+/// A stop and resume, or a new config, starts a connector's loop again; its counters (the
+/// Prometheus counters, the progress line's totals) go on from where they were rather
+/// than back to zero. A connector deleted and made again starts from zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_go_on_across_a_stop_a_resume_and_a_new_config() {
+    let host = TestHost::new(&["counter"]).await;
+    let ns = sluice::storage::Namespace::new(sluice::config::DEFAULT_TENANT, "c");
+    let config = |rate: &str| connector("c", "counter", &[("topic", "t"), ("records.per.second", rate)]);
+    host.start(config("500")).await;
+    let mut last = 0;
+    for step in ["started", "stopped and resumed", "given a new config"] {
+        match step {
+            "stopped and resumed" => {
+                host.herder.stop_connector(&ns).await.unwrap();
+                host.herder.set_paused(&ns, false).await.unwrap();
+            }
+            "given a new config" => {
+                host.herder.put_config(config("501")).await.unwrap();
+            }
+            _ => {}
+        }
+        let at_once = host.herder.delivered_in(&ns).await;
+        assert!(at_once >= last, "{step}: counted {at_once} right after, {last} before");
+        let started = std::time::Instant::now();
+        // Past what it had delivered before: counting on, not from zero again.
+        last = loop {
+            let now = host.herder.delivered_in(&ns).await;
+            if now > last {
+                break now;
+            }
+            assert!(started.elapsed() < DEADLINE, "{step}: no records counted past {last}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+    }
+    host.herder.delete(&ns).await.unwrap();
+    host.start(config("500")).await;
+    assert!(host.herder.delivered_in(&ns).await < last, "a connector made again counts from zero");
+    host.herder.shutdown().await;
+}

@@ -689,7 +689,8 @@ async fn wait_for_signal_showing_progress(herder: &Herder, until_done: bool) -> 
                     let total = herder.delivered_in(&ns).await;
                     let now = Instant::now();
                     let (before, at) = last.insert(format!("{}/{}", ns.tenant, ns.connector), (total, now)).unwrap_or((0, started));
-                    let rate = if now > at { (total - before) as f64 / (now - at).as_secs_f64() } else { 0.0 };
+                    // A connector deleted and made again counts from zero: no rate then.
+                    let rate = if now > at { total.saturating_sub(before) as f64 / (now - at).as_secs_f64() } else { 0.0 };
                     connectors.push(ConnectorProgress::of(&status, total, rate));
                 }
                 let parts = progress_parts(&connectors);
@@ -757,8 +758,13 @@ fn known_topics_tenant(stores: &Stores, tenant: &str) -> anyhow::Result<()> {
     known_tenant(stores, tenant)
 }
 
-/// The connector ran here, in that tenant; otherwise one line saying which did.
+/// The connector ran here, in that tenant, or its offsets are kept (a deleted connector's
+/// stay, for one made again under its name); otherwise one line saying which did.
 fn known_connector(stores: &Stores, tenant: &str, connector: &str) -> anyhow::Result<()> {
+    let ns = crate::storage::Namespace::new(tenant, connector);
+    if !stores.offsets().all_offsets(&ns)?.is_empty() {
+        return Ok(());
+    }
     known_tenant(stores, tenant)?;
     let connectors = stores.configs().connectors(tenant)?;
     if connectors.iter().any(|c| c == connector) {

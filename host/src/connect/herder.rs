@@ -6,7 +6,7 @@
 //! Every change is written to the config store before it returns (config, target state),
 //! so a restarted worker ([`Herder::restore`]) puts every connector back as it was.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -83,6 +83,10 @@ pub struct Herder {
     /// whole deadline or on a stuck task's stop (as Kafka Connect's status reads never wait
     /// behind its herder's requests).
     view: std::sync::RwLock<Arc<BTreeMap<Namespace, View>>>,
+    /// Each connector's counters, kept while it exists: a stop and resume or a new config
+    /// starts its loop again, and Prometheus counters (and the progress line's totals)
+    /// must not go back to zero with it. A deleted connector's go with it.
+    metrics: std::sync::Mutex<HashMap<Namespace, Arc<ConnectorMetrics>>>,
 }
 
 /// A connector as reads see it.
@@ -192,7 +196,12 @@ impl Herder {
     }
 
     pub fn new(services: Services) -> Herder {
-        Herder { services: Arc::new(services), connectors: Mutex::new(BTreeMap::new()), view: Default::default() }
+        Herder {
+            services: Arc::new(services),
+            connectors: Mutex::new(BTreeMap::new()),
+            view: Default::default(),
+            metrics: Default::default(),
+        }
     }
 
     /// Returns once the herder could answer a read (reads never wait behind a change).
@@ -477,7 +486,7 @@ impl Herder {
         let (stop, stop_rx) = watch::channel(None);
         let (control, control_rx) = mpsc::unbounded_channel();
         let (paused, paused_rx) = watch::channel(target == TargetState::Paused);
-        let metrics = Arc::new(ConnectorMetrics::default());
+        let metrics = self.metrics.lock().unwrap().entry(ns.clone()).or_default().clone();
         let destination =
             match destinations::for_connector(&settings, &config, &self.services.worker, &self.services.stores) {
                 Ok(destination) => destination,
@@ -792,6 +801,7 @@ impl Herder {
             }
         }
         self.services.board.remove(ns);
+        self.metrics.lock().unwrap().remove(ns);
         // A connector made again under the name starts with no active topics (KIP-558):
         // they were deleted with its config.
         self.services.topics.forget(ns);

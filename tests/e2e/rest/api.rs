@@ -764,7 +764,7 @@ fn log_levels_are_read_and_changed_while_the_worker_runs() {
 }
 
 #[test]
-fn records_of_deleted_connectors_stay_readable_with_sluice_topics() {
+fn records_and_offsets_of_deleted_connectors_stay_readable_with_sluice_topics_and_offsets() {
     let dir = tempfile::tempdir().unwrap();
     let (data, plugins) = (dir.path().join("data"), plugin_folder(dir.path(), &["counter"]));
     let mut server = Server::start(&data, &plugins, None);
@@ -782,6 +782,10 @@ fn records_of_deleted_connectors_stay_readable_with_sluice_topics() {
     let read = crate::run(&["topics", "read", "kept", "--data-dir", data]);
     assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
     assert_eq!(String::from_utf8_lossy(&read.stdout).lines().count(), 5);
+    // Its offsets too, which a connector made again under its name resumes from.
+    let offsets = crate::run(&["offsets", "gone", "--data-dir", data]);
+    assert!(offsets.status.success(), "{}", String::from_utf8_lossy(&offsets.stderr));
+    assert!(String::from_utf8_lossy(&offsets.stdout).contains(r#"{"seq":4}"#), "{offsets:?}");
     // A tenant with neither connectors nor records is still named as unknown.
     let unknown = crate::run(&["topics", "list", "--data-dir", data, "--tenant", "nobody"]);
     assert!(!unknown.status.success());
