@@ -613,8 +613,7 @@ fn raw_offset_entries(body: &[u8]) -> Option<Vec<HashMap<String, Option<&RawValu
         #[serde(borrow)]
         offsets: Vec<HashMap<String, Option<&'a RawValue>>>,
     }
-    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
-    serde_json::from_slice::<Body>(body).ok().map(|body| body.offsets)
+    serde_json::from_slice::<Body>(super::without_bom(body)).ok().map(|body| body.offsets)
 }
 
 /// `DELETE /connectors/{name}/offsets`: forgets every offset of a STOPPED connector.

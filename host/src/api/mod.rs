@@ -304,11 +304,16 @@ async fn openapi_json() -> Json<Value> {
 /// if it starts with one (Windows editors and PowerShell write one; Connect's Jackson
 /// skips it).
 fn json_body(body: &Bytes) -> Result<Value, ApiError> {
-    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    let body = without_bom(body);
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("This request needs a JSON body"));
     }
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Malformed JSON in the request body: {e}")))
+}
+
+/// A request body after its UTF-8 byte-order mark, if it has one.
+fn without_bom(body: &[u8]) -> &[u8] {
+    body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body)
 }
 
 /// The query string's pairs, in order (a key may repeat, as `expand` does).

@@ -212,10 +212,7 @@ fn destination_problems(
             ));
         }
     }
-    // As in for_connector: such a worker runs every connector in transactions.
-    let transactional = settings.kafka.exactly_once
-        || (kafka.exactly_once_source && services.worker.storage.kind == StorageKind::Kafka);
-    if transactional {
+    if crate::destinations::in_transactions(settings, &services.worker) {
         problems.extend(transactional_timeout_problems(config, &overrides));
     }
     if let Some(topic) = &settings.errors.dead_letter_topic {
@@ -252,8 +249,7 @@ fn transactional_timeout_problems(
     overrides: &std::collections::BTreeMap<String, String>,
 ) -> Vec<ConfigError> {
     let millis = |key: &str| overrides.get(key).and_then(|value| value.trim().parse::<u64>().ok());
-    let transaction_ms =
-        millis("transaction.timeout.ms").unwrap_or(crate::destinations::kafka::TRANSACTION_TIMEOUT.as_millis() as u64);
+    let transaction_ms = crate::destinations::kafka::transaction_timeout(overrides).as_millis() as u64;
     let mut problems = Vec::new();
     for (key, slack) in [("message.timeout.ms", 0), ("socket.timeout.ms", 100)] {
         if let Some(ms) = millis(key).filter(|ms| *ms > transaction_ms + slack) {

@@ -683,6 +683,15 @@ fn deliver<'a>(
     Box::pin(settle_delivery(spec, destination, id, stop, handed_over, (lane, gate), writes))
 }
 
+/// A waiting batch's status line, with why the destination thinks it waits, if it knows.
+fn with_waiting_reason(mut trace: String, destination: &dyn Destination) -> String {
+    if let Some(reason) = destination.waiting_reason() {
+        trace.push_str("; ");
+        trace.push_str(&reason);
+    }
+    trace
+}
+
 /// Settles one batch handed to the lane (`handed_over`): retried while the destination
 /// says it is away for now (with a note in the task's status), given up on at the stop
 /// deadline. Giving up closes the lane, so nothing queued after the batch is written.
@@ -737,14 +746,13 @@ async fn settle_delivery(
                 }
                 _ = tokio::time::sleep(SLOW_DELIVERY) => {
                     waited += 1;
-                    let mut trace = format!(
-                        "delivery waiting: the destination has not taken the batch for {} s",
-                        waited * SLOW_DELIVERY.as_secs() as u32
+                    let trace = with_waiting_reason(
+                        format!(
+                            "delivery waiting: the destination has not taken the batch for {} s",
+                            waited * SLOW_DELIVERY.as_secs() as u32
+                        ),
+                        &*destination,
                     );
-                    if let Some(reason) = destination.waiting_reason() {
-                        trace.push_str("; ");
-                        trace.push_str(&reason);
-                    }
                     board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
                 }
             }
@@ -756,11 +764,10 @@ async fn settle_delivery(
                 // say so in the status, and try again before anything queued after it.
                 let delay = DELIVERY_RETRY_BACKOFF.backoff(retries);
                 retries = retries.saturating_add(1);
-                let mut trace = format!("delivery failed ({error:#}); retrying in {delay:?} (attempt {retries})");
-                if let Some(reason) = destination.waiting_reason() {
-                    trace.push_str("; ");
-                    trace.push_str(&reason);
-                }
+                let trace = with_waiting_reason(
+                    format!("delivery failed ({error:#}); retrying in {delay:?} (attempt {retries})"),
+                    &*destination,
+                );
                 noted = true;
                 board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
                 tokio::select! {

@@ -455,12 +455,12 @@ impl Destination for AtLeastOnceTask {
 
 /// How long transactional calls (init, abort) may take, and Sluice's
 /// `transaction.timeout.ms`.
-pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How long one try at committing is waited for: the producer's `transaction.timeout.ms`
-/// (a `producer.override`, else Sluice's 60 s), after which the coordinator would abort a
+/// A connector's `transaction.timeout.ms` (a `producer.override`, else Sluice's 60 s): how
+/// long one try at committing is waited for, after which the coordinator would abort a
 /// transaction it has not been asked to commit.
-fn commit_wait(overrides: &BTreeMap<String, String>) -> Duration {
+pub fn transaction_timeout(overrides: &BTreeMap<String, String>) -> Duration {
     overrides
         .get("transaction.timeout.ms")
         .and_then(|ms| ms.parse().ok())
@@ -566,7 +566,7 @@ impl TransactionalTask {
             backend,
             topics: parent.topics.clone(),
             boundary: parent.settings.transaction_boundary,
-            commit_wait: commit_wait(&parent.overrides),
+            commit_wait: transaction_timeout(&parent.overrides),
             new_producer,
             trouble,
             state: Mutex::new(TransactionState { producer, open: None, unsettled: None }),
@@ -860,13 +860,20 @@ impl SharedClients {
         let mut key: ClientSettings =
             settings.config_map().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         key.push(("<tenant>".into(), tenant.into()));
-        let in_use = |key: &ClientSettings| {
+        // The clients in use for `key`, or (given `made`) those now kept for it.
+        let kept = |key: &ClientSettings, made: Option<&Arc<SharedClients>>| {
             let mut in_use = IN_USE.lock().unwrap();
             let in_use = in_use.get_or_insert_with(HashMap::new);
             in_use.retain(|_, clients| clients.strong_count() > 0);
-            in_use.get(key).and_then(Weak::upgrade)
+            match (in_use.get(key).and_then(Weak::upgrade), made) {
+                (None, Some(made)) => {
+                    in_use.insert(key.clone(), Arc::downgrade(made));
+                    Some(made.clone())
+                }
+                (found, _) => found,
+            }
         };
-        if let Some(clients) = in_use(&key) {
+        if let Some(clients) = kept(&key, None) {
             return Ok(clients);
         }
         // Made without the lock (a client's start may take a while: SSL stores, SASL), so
@@ -874,14 +881,7 @@ impl SharedClients {
         let trouble = Arc::new(ClientTrouble::default());
         let admin = admin_client(kafka, KafkaLog::noting(trouble.clone()))?;
         let made = Arc::new(SharedClients { settings, trouble, admin, producer: Mutex::default() });
-        let mut guard = IN_USE.lock().unwrap();
-        let in_use = guard.get_or_insert_with(HashMap::new);
-        if let Some(clients) = in_use.get(&key).and_then(Weak::upgrade) {
-            drop(guard);
-            return Ok(clients);
-        }
-        in_use.insert(key, Arc::downgrade(&made));
-        Ok(made)
+        Ok(kept(&key, Some(&made)).expect("kept or found"))
     }
 
     fn producer(&self) -> anyhow::Result<Arc<SharedProducer>> {

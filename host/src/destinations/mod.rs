@@ -193,6 +193,15 @@ impl RetriableDelivery {
     }
 }
 
+/// Whether a `destination=kafka` connector writes in transactions: as in Connect, every one
+/// on a worker with exactly-once source support (and Kafka storage); `required` only
+/// refuses a worker without it (admission).
+pub fn in_transactions(settings: &ConnectorSettings, worker: &WorkerConfig) -> bool {
+    let worker_enables = worker.kafka.as_ref().is_some_and(|kafka| kafka.exactly_once_source)
+        && worker.storage.kind == crate::config::StorageKind::Kafka;
+    settings.kafka.exactly_once || worker_enables
+}
+
 /// The destination of a connector, committing into the worker's stores.
 pub fn for_connector(
     settings: &ConnectorSettings,
@@ -208,12 +217,9 @@ pub fn for_connector(
                 .kafka
                 .as_ref()
                 .ok_or_else(|| anyhow::anyhow!("destination=kafka needs [kafka] in sluice.toml"))?;
-            // As in Connect, a worker with exactly-once source support runs every source
-            // connector in transactions; `required` only refuses a worker without it.
-            let exactly_once = match (settings.kafka.exactly_once || kafka.exactly_once_source, stores.kafka()) {
+            let exactly_once = match (in_transactions(settings, worker), stores.kafka()) {
                 (false, _) => None,
                 (true, Some(backend)) => Some(backend.clone()),
-                (true, None) if !settings.kafka.exactly_once => None,
                 (true, None) => anyhow::bail!("exactly.once.support=required needs [storage] kind = \"kafka\""),
             };
             Arc::new(kafka::KafkaDestination::new(
