@@ -301,7 +301,20 @@ fn purpose(key: &str) -> &'static str {
 /// Waits for a future from a synchronous store call (rdkafka's futures complete on its own
 /// threads, so no runtime is needed).
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    futures_executor::block_on(future)
+    waiting_on_cluster(|| futures_executor::block_on(future))
+}
+
+/// Runs a store call that may wait on the cluster (up to a producer's `message.timeout.ms`
+/// when it is away). On a runtime worker thread the thread's other tasks go to another
+/// worker first: the task last woken there (a REST status read, a task's poll) otherwise
+/// waited in the thread's own slot, which no other worker takes, until the call ended
+/// (a status read took 18 s while a config change waited for an absent broker).
+fn waiting_on_cluster<T>(call: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(call),
+        _ => call(),
+    }
 }
 
 /// A record of a compacted topic: key, and value (`None`: a tombstone).
@@ -361,6 +374,10 @@ impl TopicView {
     /// Reads `topic` from the beginning to its current end: the latest value of each key
     /// (`None`: a tombstone), in the order written.
     fn read_to_end(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<Entry>> {
+        waiting_on_cluster(|| Self::read_to_end_waiting(kafka, topic))
+    }
+
+    fn read_to_end_waiting(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Vec<Entry>> {
         let consumer: BaseConsumer<KafkaLog> = client_config(
             kafka,
             &[
@@ -463,6 +480,10 @@ impl TopicView {
 
     /// Writes every (key, value) and waits until the broker acknowledged each.
     fn write(&self, entries: &[Entry]) -> anyhow::Result<()> {
+        waiting_on_cluster(|| self.write_waiting(entries))
+    }
+
+    fn write_waiting(&self, entries: &[Entry]) -> anyhow::Result<()> {
         self.again_if_fatal(|producer| {
             let mut deliveries = Vec::with_capacity(entries.len());
             for (key, value) in entries {
