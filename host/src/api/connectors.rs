@@ -18,7 +18,7 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::{ApiState, bool_param, json_body, query_pairs};
 use crate::config::keys::{CONNECTOR_CLASS, NAME, TENANT};
-use crate::config::{ConnectorConfig, DEFAULT_TENANT};
+use crate::config::{ConfigError, ConnectorConfig, DEFAULT_TENANT};
 use crate::connect::HerderError;
 use crate::storage::Namespace;
 use crate::storage::TargetState;
@@ -202,6 +202,7 @@ pub async fn create(
         },
         Some(other) => return Err(ApiError::bad_request(format!("initial_state: must be a string, not {other}"))),
     };
+    every_value_problem(&state, &caller, &name, &values, NamedBy::Body).await?;
     let (ns, config) = new_config(&caller, &name, &values, NamedBy::Body)?;
     let create = match state.herder.check(&config) {
         Ok(()) => state.herder.create_in(config.clone(), target).await.map(|_| ()),
@@ -228,9 +229,43 @@ async fn every_problem(state: &ApiState, config: &ConnectorConfig, error: Herder
     if problems.len() < 2 {
         return error.into();
     }
+    every_problem_said(&problems)
+}
+
+/// A config with values that are not text (nulls, objects, lists) refused with every
+/// problem in it: each of those values and what the rest of the config gets wrong, as
+/// Connect lists them (the first null refused the config alone, and hid the rest).
+async fn every_value_problem(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+    values: &Map<String, Value>,
+    named_by: NamedBy,
+) -> Result<(), ApiError> {
+    let mut problems = ConnectorConfig::value_problems(values, &format!("connector {name}"));
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let rest: Map<String, Value> = values
+        .iter()
+        .filter(|(key, _)| !problems.iter().any(|p| p.key.as_deref() == Some(key.as_str())))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    // A name or tenant refused is said as such, before the values.
+    let (_, config) = new_config(caller, name, &rest, named_by)?;
+    problems.extend(state.herder.problems(&config).await);
+    Err(if problems.len() == 1 {
+        HerderError::Invalid(problems.remove(0)).into()
+    } else {
+        every_problem_said(&problems)
+    })
+}
+
+/// Several problems of a config, in Kafka Connect's words.
+fn every_problem_said(problems: &[ConfigError]) -> ApiError {
     let mut message =
         format!("Connector configuration is invalid and contains the following {} error(s):", problems.len());
-    for problem in &problems {
+    for problem in problems {
         message.push('\n');
         if let Some(key) = &problem.key {
             message.push_str(key);
@@ -318,6 +353,7 @@ pub async fn put_config(
     };
     unqualify_name(&mut values, &name);
     // The URL's name first: one a tenant may not use is said to be that, not a mismatch.
+    every_value_problem(&state, &caller, &name, &values, NamedBy::Url).await?;
     let (ns, config) = new_config(&caller, &name, &values, NamedBy::Url)?;
     name_matches_url(&mut values, &name)?;
     let put = match state.herder.check(&config) {

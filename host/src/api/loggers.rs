@@ -41,7 +41,7 @@ struct Levels {
 
 #[derive(Clone, Debug, PartialEq)]
 struct Setting {
-    /// Connect's name for it: `OFF`, `FATAL`, `ERROR`, `WARN`, `INFO`, `DEBUG`, `TRACE`.
+    /// Connect's name for it: `OFF`, `FATAL`, `ERROR`, `WARN`, `INFO`, `DEBUG`, `TRACE`, `ALL`.
     level: String,
     /// When it was last set through the API (ms since the epoch).
     last_modified: Option<i64>,
@@ -123,12 +123,12 @@ impl Setting {
 
 /// Connect's (log4j's) name for a level, from either its name or `tracing`'s, any case.
 fn connect_level(text: &str) -> Option<&'static str> {
-    const LEVELS: [&str; 7] = ["OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"];
+    const LEVELS: [&str; 8] = ["OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL"];
     let text = text.trim();
     LEVELS.into_iter().find(|level| level.eq_ignore_ascii_case(text))
 }
 
-/// `tracing` has no FATAL: it is ERROR there.
+/// `tracing` has no FATAL (it is ERROR there) nor ALL (TRACE, its lowest).
 fn filter_level(level: &str) -> &str {
     match level {
         "FATAL" => "error",
@@ -258,6 +258,8 @@ mod tests {
         assert!(EnvFilter::try_new(Levels::parse("debug,plugin=off").directives()).is_ok());
         assert_eq!(connect_level("warn"), Some("WARN"));
         assert_eq!(connect_level("verbose"), None);
+        // log4j's lowest level, which Connect takes: TRACE here.
+        assert_eq!(connect_level("all").map(filter_level), Some("trace"));
         assert!(!valid_logger("a b") && !valid_logger("") && valid_logger("sluice::api"));
     }
 }

@@ -156,8 +156,15 @@ pub async fn validate(
     }
     let tenant =
         caller.tenant().map(String::from).or_else(|| values.get(TENANT).and_then(Value::as_str).map(String::from));
-    // Checked as the caller's tenant would store it; reported as sent.
+    // Values that are not text (nulls, objects, lists) are problems of their own; the rest
+    // of the config is checked without them, so its problems are listed too.
     let mut checked = values.clone();
+    for problem in ConnectorConfig::value_problems(&values, &format!("connector {connector_name}")) {
+        let key = problem.key.expect("a value's problem names its key");
+        checked.remove(&key);
+        problems.push((key, problem.reason));
+    }
+    // Checked as the caller's tenant would store it; reported as sent.
     if let Some(tenant) = tenant.filter(|t| t != DEFAULT_TENANT) {
         checked.insert(TENANT.into(), Value::String(tenant));
     }
@@ -204,6 +211,7 @@ pub async fn validate(
             let errors = errors_of.get(key.name.as_str()).cloned().unwrap_or_default();
             let value = values.get(&key.name).map(|v| match v {
                 Value::String(s) => Value::String(s.clone()),
+                Value::Null => Value::Null,
                 other => Value::String(other.to_string()),
             });
             json!({

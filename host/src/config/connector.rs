@@ -42,6 +42,22 @@ pub struct ConnectorConfig {
     pub source: String,
 }
 
+/// A JSON config value as the text a config holds: strings as they are, numbers and
+/// booleans as written.
+fn value_text(value: &Value) -> Result<String, String> {
+    match value {
+        Value::String(s) => Ok(s.clone()),
+        // serde_json reads an integer beyond 64 bits as a float, which would store other
+        // digits than those sent: refused, where Connect's Jackson keeps them.
+        Value::Number(n) if crate::storage::json::inexact_integer(n) => {
+            Err(format!("the number {n} is too large to be kept exactly: give it as a string, in quotes"))
+        }
+        Value::Number(n) => Ok(n.to_string()),
+        Value::Bool(b) => Ok(b.to_string()),
+        other => Err(format!("must be a string, not {other}")),
+    }
+}
+
 impl ConnectorConfig {
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         let source = path.display().to_string();
@@ -92,21 +108,7 @@ impl ConnectorConfig {
             |key: &str, reason: String| ConfigError { source: source.to_string(), key: Some(key.to_string()), reason };
         let mut values = BTreeMap::new();
         for (key, value) in config {
-            let text = match value {
-                Value::String(s) => s.clone(),
-                // serde_json reads an integer beyond 64 bits as a float, which would store
-                // other digits than those sent: refused, where Connect's Jackson keeps them.
-                Value::Number(n) if crate::storage::json::inexact_integer(n) => {
-                    return Err(error(
-                        key,
-                        format!("the number {n} is too large to be kept exactly: give it as a string, in quotes"),
-                    ));
-                }
-                Value::Number(n) => n.to_string(),
-                Value::Bool(b) => b.to_string(),
-                other => return Err(error(key, format!("must be a string, not {other}"))),
-            };
-            values.insert(key.clone(), text);
+            values.insert(key.clone(), value_text(value).map_err(|reason| error(key, reason))?);
         }
         let Some(name) = name.or_else(|| values.get(NAME).cloned()) else {
             return Err(error(NAME, "missing".into()));
@@ -122,6 +124,19 @@ impl ConnectorConfig {
         }
         values.insert(NAME.into(), name.clone());
         Ok(ConnectorConfig { name, values, source: source.to_string() })
+    }
+
+    /// Every value of `config` that is not a config value (null, an object, a list, an
+    /// integer too wide to keep), each named by its key: Connect lists them all, beside the
+    /// rest of the config's problems, where [`Self::from_map`] stops at the first.
+    pub fn value_problems(config: &serde_json::Map<String, Value>, source: &str) -> Vec<ConfigError> {
+        config
+            .iter()
+            .filter_map(|(key, value)| {
+                let reason = value_text(value).err()?;
+                Some(ConfigError { source: source.to_string(), key: Some(key.clone()), reason })
+            })
+            .collect()
     }
 
     /// The checks every config must pass before admission: a plugin is named and the
@@ -195,6 +210,21 @@ mod tests {
 
     fn parse(config: &str) -> Result<ConnectorConfig, ConfigError> {
         ConnectorConfig::from_json(config, "c.json")
+    }
+
+    #[test]
+    fn every_value_that_is_not_text_is_named() {
+        let map: serde_json::Map<String, Value> = serde_json::from_str(
+            r#"{"a": null, "b": {"x": 1}, "c": [1], "d": "ok", "e": 5, "f": true, "g": 100000000000000000000000}"#,
+        )
+        .unwrap();
+        let problems = ConnectorConfig::value_problems(&map, "c");
+        let keys: Vec<&str> = problems.iter().filter_map(|p| p.key.as_deref()).collect();
+        assert_eq!(keys, ["a", "b", "c", "g"]);
+        assert_eq!(problems[0].reason, "must be a string, not null");
+        // from_map stops at the first of them.
+        let first = ConnectorConfig::from_map(Some("n".into()), &map, "c").unwrap_err();
+        assert_eq!(first.key.as_deref(), Some("a"));
     }
 
     #[test]

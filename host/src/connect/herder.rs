@@ -635,8 +635,12 @@ impl Herder {
         let mut status = self.services.board.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let Some(run) = &entry.run else {
             if entry.target == TargetState::Stopped {
-                // As Connect does: restarted in its target state, which runs nothing.
-                // Resuming is what starts it.
+                // As Connect does: restarted in its target state, which runs nothing, and
+                // the answer shows it RESTARTING as Connect's restart plan does (the
+                // status goes back to STOPPED). Resuming is what starts it.
+                if !only_failed {
+                    status.connector.state = State::Restarting;
+                }
                 return Ok((include_tasks || only_failed).then_some(status));
             }
             // It is meant to run but never started (its plugin was gone when the worker

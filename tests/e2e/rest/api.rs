@@ -240,11 +240,14 @@ fn offsets_change_while_stopped_and_resume_continues_from_them() {
     let stopped = server.get("/connectors/o/status").json();
     assert_eq!(stopped["connector"]["state"], "STOPPED");
     assert_eq!(stopped["tasks"], json!([]));
-    // A restart leaves it STOPPED, as Connect does (resuming starts it).
+    // A restart leaves it STOPPED, as Connect does (resuming starts it); the answer shows
+    // the connector RESTARTING as Connect's restart plan does, unless only failed ones were asked.
     assert_eq!(server.call("POST", "/connectors/o/restart", None, None).status, 204);
     let restarted = server.call("POST", "/connectors/o/restart?includeTasks=true", None, None);
     assert_eq!(restarted.status, 202, "{restarted:?}");
-    assert_eq!(restarted.json()["connector"]["state"], "STOPPED");
+    assert_eq!(restarted.json()["connector"]["state"], "RESTARTING");
+    let failed_only = server.call("POST", "/connectors/o/restart?includeTasks=true&onlyFailed=true", None, None);
+    assert_eq!(failed_only.json()["connector"]["state"], "STOPPED");
     assert_eq!(server.get("/connectors/o/status").json()["connector"]["state"], "STOPPED");
     let offsets = server.get("/connectors/o/offsets").json();
     let seq = offsets["offsets"][0]["offset"]["seq"].as_u64().unwrap();
@@ -369,6 +372,40 @@ fn plugin_endpoints_list_describe_and_validate() {
     assert!(errors("record.count").is_empty());
     assert_eq!(report["error_count"], 4, "{report}");
     assert!(report["groups"].as_array().unwrap().contains(&json!("Common")));
+
+    // Values that are not text (null, an object, a list) are each a problem of their own,
+    // and the rest of the config is still looked at; a null is shown as null.
+    let nulls = json!({"name": "x", "connector.class": "counter", "topic": null, "foo": null,
+        "tasks.max": [1], "batch.size": "lots"})
+    .to_string();
+    let report = server.call("PUT", "/connector-plugins/counter/config/validate", None, Some(&nulls)).json();
+    let entry = |key: &str| report["configs"].as_array().unwrap().iter().find(|c| c["value"]["name"] == key).cloned();
+    let errors = |key: &str| entry(key).map_or(0, |c| c["value"]["errors"].as_array().unwrap().len());
+    assert!(errors("topic") >= 1 && errors("foo") == 1 && errors("tasks.max") == 1, "{report}");
+    assert_eq!(errors("batch.size"), 1, "the rest of the config is checked too: {report}");
+    assert_eq!(entry("topic").unwrap()["value"]["value"], Value::Null, "{report}");
+    assert!(report["error_count"].as_u64().unwrap() >= 4, "{report}");
+    // A create names them all too, not only the first null.
+    let create = json!({"name": "nulls", "config": {"connector.class": "counter", "tasks.max": "x",
+        "topic": null, "foo": null}})
+    .to_string();
+    let message = server.call("POST", "/connectors", None, Some(&create)).assert_error(400);
+    for said in ["following", "tasks.max", "topic: must be a string, not null", "foo: must be a string, not null"] {
+        assert!(message.contains(said), "{said:?} not in {message}");
+    }
+    let message = server
+        .call(
+            "PUT",
+            "/connectors/nulls/config",
+            None,
+            Some(
+                r#"{"connector.class": "counter",
+        "topic": "t", "foo": {"a": 1}}"#,
+            ),
+        )
+        .assert_error(400);
+    assert!(message.contains("foo: must be a string") && !message.contains("following"), "one problem: {message}");
+    server.get("/connectors/nulls").assert_error(404);
 
     // A bad transform is one problem under its key, and the rest is still looked at.
     let transform = json!({
