@@ -201,3 +201,81 @@ async fn tenant_quotas_hold() {
     let allowed = 100.0 * started.elapsed().as_secs_f64() + 100.0 /* burst */ + 200.0 /* two batches in flight */;
     assert!((delivered as f64) <= allowed, "{delivered} records in {:?} exceed the quota of 100/s", started.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_inside_the_roots_leading_out_says_nothing_of_what_is_there() {
+    let (root, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::write(elsewhere.path().join("payroll.csv"), "secret").unwrap();
+    std::fs::create_dir(elsewhere.path().join("dir")).unwrap();
+    let toml = format!("[[tenant]]\nname = \"a\"\nroots = [\"{}\"]\n", canonical(&root));
+    let host = TestHost::with_tenants(&["counter"], &toml).await;
+    // A link the tenant made (or unpacked) in its own root, to the host's files.
+    std::os::unix::fs::symlink(elsewhere.path(), root.path().join("out")).unwrap();
+    std::os::unix::fs::symlink("/", root.path().join("host")).unwrap();
+    let through = |rest: &str| format!("{}/{rest}", canonical(&root));
+    for probe in [
+        through("out"),
+        through("out/payroll.csv"),
+        through("out/dir"),
+        through("out/missing"),
+        through("out/missing/deeper"),
+        through("host/proc/self/cwd"),
+        through("host/etc/passwd"),
+        through("out/dir/../../.."),
+    ] {
+        let bad =
+            unchecked(&[("connector.class", "counter"), ("tenant", "a"), ("topic", "t"), ("sandbox.fs.read", &probe)]);
+        let expected = format!("'{probe}' is outside tenant a's roots ({})", canonical(&root));
+        let error = host.herder.check(&bad).expect_err("refused");
+        assert_eq!((error.key.as_deref(), error.reason.as_str()), (Some("sandbox.fs.read"), expected.as_str()));
+        let problems = host.herder.problems(&bad).await;
+        let said: Vec<&str> = problems.iter().map(|p| p.reason.as_str()).collect();
+        assert_eq!(said, [expected.as_str()], "{probe}");
+    }
+    // The tenant's own missing directory, and its own file, are still said as such.
+    for (own, reason) in [(through("missing/deeper"), "cannot be granted"), (through("file"), "is not a directory")] {
+        std::fs::write(root.path().join("file"), "mine").unwrap();
+        let bad =
+            unchecked(&[("connector.class", "counter"), ("tenant", "a"), ("topic", "t"), ("sandbox.fs.read", &own)]);
+        let error = host.herder.check(&bad).expect_err("refused");
+        assert!(error.reason.contains(reason), "{own}: {error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_cap_what_a_config_leaves_unset_and_every_breach_is_said_by_its_setting() {
+    let toml = "[[tenant]]\nname = \"q\"\n[tenant.quotas]\nconnectors = 2\ntasks = 4\nmemory_max_bytes = 33554432\ncall_timeout_max_ms = 1000\n";
+    let host = TestHost::with_tenants(&["counter", "hostile"], toml).await;
+    let config = |name: &str, plugin: &str, extra: &[(&str, &str)]| {
+        let mut pairs = vec![("tenant", "q"), ("topic", "t")];
+        pairs.extend_from_slice(extra);
+        connector(name, plugin, &pairs)
+    };
+    host.start(config("c", "counter", &[("tasks.max", "2")])).await;
+    // Two in use and the most tasks.max may be: refused (in u32 the sum could wrap under
+    // the quota).
+    let huge = host.herder.validate(&config("d", "counter", &[("tasks.max", "2147483647")])).await.err().unwrap();
+    assert_eq!(huge.key.as_deref(), Some("tasks.max"), "{huge}");
+    assert!(huge.reason.contains("(2 in use; tasks in [tenant.quotas] of sluice.toml)"), "{huge}");
+    // Every breach at once, each naming the setting that allows more.
+    let greedy = config(
+        "d",
+        "counter",
+        &[("tasks.max", "3"), ("sandbox.memory.max.bytes", "67108864"), ("sandbox.log.lines.per.second", "100000")],
+    );
+    let problems = host.herder.problems(&greedy).await;
+    let said: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    for setting in ["tasks in", "memory_max_bytes in", "log_lines_per_second_max in"] {
+        assert!(said.iter().any(|s| s.contains(setting)), "{setting} not in {said:?}");
+    }
+    // A plugin's validate that sleeps: the tenant's 1 s deadline holds whether the config
+    // sets a longer one (refused, and validate still runs within the quota) or none (the
+    // default 10 s is above the quota).
+    for extra in [vec![("sandbox.call.timeout.ms", "600000")], vec![]] {
+        let mut pairs = vec![("hostile.attack", "sleep-in-validate"), ("hostile.sleep.ms", "600000")];
+        pairs.extend(extra);
+        let problems = host.herder.problems(&config("slow", "hostile", &pairs)).await;
+        let said: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert!(said.iter().any(|s| s.contains("validate did not return within 1000 ms")), "{said:?}");
+    }
+}

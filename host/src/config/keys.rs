@@ -66,6 +66,8 @@ pub const POLL_IDLE_MAX_MS: &str = "poll.idle.max.ms";
 pub const RESTART_POLICY: &str = "restart.policy";
 pub const RESTART_BACKOFF_INITIAL_MS: &str = "restart.backoff.initial.ms";
 pub const RESTART_BACKOFF_MAX_MS: &str = "restart.backoff.max.ms";
+/// The shortest `restart.backoff.initial.ms`.
+pub const RESTART_BACKOFF_FLOOR: Duration = Duration::from_millis(100);
 pub const SANDBOX_FS_READ: &str = "sandbox.fs.read";
 pub const SANDBOX_FS_WRITE: &str = "sandbox.fs.write";
 pub const SANDBOX_MEMORY_MAX_BYTES: &str = "sandbox.memory.max.bytes";
@@ -150,7 +152,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: RESTART_BACKOFF_INITIAL_MS,
         type_: KeyType::Long,
         default: KeyDefault::Value("1000"),
-        documentation: "first restart delay; it doubles with each restart",
+        documentation: "first restart delay (at least 100); it doubles with each restart",
     },
     HostKey {
         name: RESTART_BACKOFF_MAX_MS,
@@ -474,7 +476,11 @@ impl ConnectorSettings {
         let millis = |key: &'static str| positive(key).map(Duration::from_millis);
         let boolean = |key: &'static str| parse_bool(text(key)).map_err(|reason| (key, reason));
         let tasks_max = positive(TASKS_MAX)?;
-        let tasks_max = u32::try_from(tasks_max).map_err(|_| (TASKS_MAX, format!("{tasks_max} is too large")))?;
+        // Connect's INT: a count past it is a typo, and would only be capped by the plugin.
+        let tasks_max = u32::try_from(tasks_max)
+            .ok()
+            .filter(|&tasks| tasks <= i32::MAX as u32)
+            .ok_or_else(|| (TASKS_MAX, format!("{tasks_max} is too large (at most {})", i32::MAX)))?;
         let tasks_max_enforce = boolean(TASKS_MAX_ENFORCE)?;
         let destination = match text(DESTINATION) {
             "local" => DestinationKind::Local,
@@ -582,6 +588,16 @@ impl ConnectorSettings {
             transaction_boundary,
         };
         let (initial_backoff, max_backoff) = (millis(RESTART_BACKOFF_INITIAL_MS)?, millis(RESTART_BACKOFF_MAX_MS)?);
+        if initial_backoff < RESTART_BACKOFF_FLOOR {
+            return Err((
+                RESTART_BACKOFF_INITIAL_MS,
+                format!(
+                    "{} is below {} ms: each restart builds a new sandbox and logs why, and a plugin that fails at once would restart in a storm",
+                    initial_backoff.as_millis(),
+                    RESTART_BACKOFF_FLOOR.as_millis()
+                ),
+            ));
+        }
         if max_backoff < initial_backoff {
             return Err((
                 RESTART_BACKOFF_MAX_MS,
@@ -720,6 +736,20 @@ mod tests {
         let (key, reason) = ConnectorSettings::parse(&get).unwrap_err();
         assert_eq!(key, RESTART_BACKOFF_MAX_MS);
         assert!(reason.contains("below restart.backoff.initial.ms (5000)"), "{reason}");
+    }
+
+    #[test]
+    fn a_restart_storm_and_a_tasks_max_past_connects_int_are_refused() {
+        let parse = |key: &'static str, value: &'static str| {
+            ConnectorSettings::parse(&move |k: &str| (k == key).then_some(value)).map(|_| ())
+        };
+        let (key, reason) = parse(RESTART_BACKOFF_INITIAL_MS, "1").unwrap_err();
+        assert_eq!(key, RESTART_BACKOFF_INITIAL_MS);
+        assert!(reason.starts_with("1 is below 100 ms"), "{reason}");
+        assert!(parse(RESTART_BACKOFF_INITIAL_MS, "100").is_ok());
+        assert!(parse(TASKS_MAX, "2147483647").is_ok());
+        let (key, reason) = parse(TASKS_MAX, "4294967295").unwrap_err();
+        assert_eq!((key, reason.as_str()), (TASKS_MAX, "4294967295 is too large (at most 2147483647)"));
     }
 
     #[test]

@@ -31,6 +31,8 @@
 //! tasks = 10                                        # across all its connectors
 //! memory_max_bytes = 134217728                      # per instance
 //! records_per_second = 10000                        # across all its tasks
+//! call_timeout_max_ms = 60000                       # the longest sandbox.call.timeout.ms
+//! log_lines_per_second_max = 1000                   # the highest sandbox.log.lines.per.second
 //! ```
 
 use std::collections::BTreeMap;
@@ -55,13 +57,20 @@ pub struct Quotas {
     /// plugin's call up to that deadline, and changes to connectors run one at a time, so
     /// a tenant's deadline is how long it may hold up every tenant's changes.
     pub call_timeout_max_ms: Option<u64>,
+    /// The highest `sandbox.log.lines.per.second` its connectors may set: each line a
+    /// plugin logs is written to the worker's own log, which every tenant shares.
+    pub log_lines_per_second_max: Option<u32>,
 }
 
 /// A declared tenant's `call_timeout_max_ms` unless `sluice.toml` says otherwise.
 pub const TENANT_CALL_TIMEOUT_MAX_MS: u64 = 60_000;
 
+/// A declared tenant's `log_lines_per_second_max` unless `sluice.toml` says otherwise (ten
+/// times the key's default).
+pub const TENANT_LOG_LINES_PER_SECOND_MAX: u32 = 1_000;
+
 impl Default for Quotas {
-    /// A declared tenant's: no limit but on call deadlines.
+    /// A declared tenant's: no limit but on call deadlines and log lines.
     fn default() -> Self {
         Quotas {
             connectors: None,
@@ -69,6 +78,7 @@ impl Default for Quotas {
             memory_max_bytes: None,
             records_per_second: None,
             call_timeout_max_ms: Some(TENANT_CALL_TIMEOUT_MAX_MS),
+            log_lines_per_second_max: Some(TENANT_LOG_LINES_PER_SECOND_MAX),
         }
     }
 }
@@ -90,7 +100,7 @@ pub struct Tenant {
 impl Tenant {
     /// The built-in `default` tenant: no roots, no quotas.
     fn unlimited_default() -> Tenant {
-        let quotas = Quotas { call_timeout_max_ms: None, ..Quotas::default() };
+        let quotas = Quotas { call_timeout_max_ms: None, log_lines_per_second_max: None, ..Quotas::default() };
         Tenant { name: DEFAULT_TENANT.into(), token_sha256: None, roots: Vec::new(), quotas }
     }
 

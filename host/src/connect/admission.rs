@@ -9,8 +9,8 @@ use super::services::Services;
 use crate::config::HOST_KEYS;
 use crate::config::keys::{
     CONNECTOR_CLASS, DESTINATION, ERRORS_DEAD_LETTER_TOPIC, EXACTLY_ONCE_SUPPORT, NAME, PRODUCER_OVERRIDE_PREFIX,
-    SANDBOX_CALL_TIMEOUT_MS, SANDBOX_FS_READ, SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_MEMORY_MAX_BYTES,
-    TASKS_MAX, TENANT, TOPIC_CREATION_PARTITIONS, TOPIC_CREATION_REPLICATION,
+    SANDBOX_CALL_TIMEOUT_MS, SANDBOX_FS_READ, SANDBOX_FS_WRITE, SANDBOX_FUEL_PER_CALL, SANDBOX_LOG_LINES_PER_SECOND,
+    SANDBOX_MEMORY_MAX_BYTES, TASKS_MAX, TENANT, TOPIC_CREATION_PARTITIONS, TOPIC_CREATION_REPLICATION,
 };
 use crate::config::transforms::{PREDICATES, TRANSFORMS};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorSettings, DestinationKind, StorageKind, Transforms};
@@ -111,7 +111,7 @@ pub(super) async fn problems(services: &Services, config: &ConnectorConfig, runn
     // the default that stood in for it.
     problems.extend(check_fuel(services, &probe, &settings).err());
     problems.extend(destination_problems(services, &probe, &settings));
-    problems.extend(check_tenant(services, &probe, &mut settings, running).err());
+    problems.extend(tenant_problems(services, &probe, &mut settings, running));
     let plugin = match find_plugin(services, config).await {
         Ok(plugin) => plugin,
         Err(problem) => {
@@ -330,6 +330,7 @@ async fn plugin_validate(
     settings: &ConnectorSettings,
 ) -> Result<Vec<ConfigError>, ConfigError> {
     let name = &plugin.name;
+    let _place = services.validations.place(config.tenant()).await;
     let context = services.context(&Namespace::new(config.tenant(), &config.name), None, None);
     let mut instance =
         services.runtime.instantiate(plugin.pre(), context, &settings.sandbox).await.map_err(|e| match e {
@@ -449,9 +450,21 @@ pub(super) fn grants_outside_roots(services: &Services, config: &ConnectorConfig
     if tenant.may_grant(std::path::Path::new("/")) {
         return Vec::new();
     }
+    // Where the path leads, as the kernel resolves it: the path itself when it resolves,
+    // else its nearest ancestor that does. A path inside the roots by name alone could
+    // lead out through a link in them (`/data/a/link-to-root/etc/shadow`), and what the
+    // later checks say of it (missing, a file, the place it resolves to) is then about
+    // the host's files: only where it leads is looked at.
     let inside = |typed: &str| {
-        let lexical = lexically_absolute(typed).is_some_and(|path| tenant.may_grant(&path));
-        lexical || std::fs::canonicalize(typed).is_ok_and(|path| path.is_dir() && tenant.may_grant(&path))
+        let Ok(mut path) = std::path::absolute(typed) else { return false };
+        loop {
+            if let Ok(resolved) = std::fs::canonicalize(&path) {
+                return tenant.may_grant(&resolved);
+            }
+            if !path.pop() {
+                return false;
+            }
+        }
     };
     [SANDBOX_FS_READ, SANDBOX_FS_WRITE]
         .into_iter()
@@ -464,23 +477,6 @@ pub(super) fn grants_outside_roots(services: &Services, config: &ConnectorConfig
         .collect()
 }
 
-/// `typed` made absolute with `.` and `..` taken away by name alone, without looking at
-/// the filesystem.
-fn lexically_absolute(typed: &str) -> Option<std::path::PathBuf> {
-    use std::path::Component;
-    let mut path = std::path::PathBuf::new();
-    for component in std::path::absolute(typed).ok()?.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                path.pop();
-            }
-            other => path.push(other),
-        }
-    }
-    Some(path)
-}
-
 /// The tenant's rules: it exists, grants stay inside its roots, and its quotas hold.
 fn check_tenant(
     services: &Services,
@@ -488,40 +484,81 @@ fn check_tenant(
     settings: &mut ConnectorSettings,
     running: &[Running],
 ) -> Result<(), ConfigError> {
+    match tenant_problems(services, config, settings, running).into_iter().next() {
+        Some(problem) => Err(problem),
+        None => Ok(()),
+    }
+}
+
+/// Every way `config` breaks its tenant's rules. The sandbox settings a quota caps are
+/// brought within it whether or not they were refused: a key left unset takes the quota
+/// when the default is above it, and the plugin's `validate` that runs after a refusal
+/// runs within the quota, not as long or as large as the config asked.
+fn tenant_problems(
+    services: &Services,
+    config: &ConnectorConfig,
+    settings: &mut ConnectorSettings,
+    running: &[Running],
+) -> Vec<ConfigError> {
     let worker = &services.worker;
     let Some(tenant) = worker.tenant(config.tenant()) else {
         let declared = worker.tenant_choices();
-        return Err(config.error(TENANT, format!("unknown tenant '{}' (the tenants: {declared})", config.tenant())));
+        return vec![config.error(TENANT, format!("unknown tenant '{}' (the tenants: {declared})", config.tenant()))];
     };
+    let mut problems = Vec::new();
     for (key, dirs) in [(SANDBOX_FS_READ, &settings.sandbox.fs_read), (SANDBOX_FS_WRITE, &settings.sandbox.fs_write)] {
         if let Some(dir) = dirs.iter().find(|dir| !tenant.may_grant(dir)) {
             let reason =
                 format!("'{}' is outside tenant {}'s roots ({})", dir.display(), tenant.name, tenant.roots_text());
-            return Err(config.error(key, reason));
+            problems.push(config.error(key, reason));
         }
     }
     let quotas = &tenant.quotas;
+    let setting = |name: &str| format!("{name} in [tenant.quotas] of sluice.toml");
     if let Some(max) = quotas.memory_max_bytes
         && settings.sandbox.memory_max_bytes > max
     {
         if config.get(SANDBOX_MEMORY_MAX_BYTES).is_some() {
             let reason = format!(
-                "{} is above tenant {}'s quota of {max} bytes per instance",
-                settings.sandbox.memory_max_bytes, tenant.name
+                "{} is above tenant {}'s quota of {max} bytes per instance ({})",
+                settings.sandbox.memory_max_bytes,
+                tenant.name,
+                setting("memory_max_bytes")
             );
-            return Err(config.error(SANDBOX_MEMORY_MAX_BYTES, reason));
+            problems.push(config.error(SANDBOX_MEMORY_MAX_BYTES, reason));
         }
         settings.sandbox.memory_max_bytes = max;
     }
-    if let (Some(max), Some(given)) = (quotas.call_timeout_max_ms, config.get(SANDBOX_CALL_TIMEOUT_MS))
-        && settings.sandbox.timeouts.lifecycle > Duration::from_millis(max)
+    if let Some(max) = quotas.call_timeout_max_ms.map(Duration::from_millis) {
+        let timeouts = &mut settings.sandbox.timeouts;
+        if let Some(given) = config.get(SANDBOX_CALL_TIMEOUT_MS)
+            && timeouts.lifecycle.max(timeouts.hot) > max
+        {
+            let reason = format!(
+                "{} is above tenant {}'s quota of {} ms per call ({})",
+                given.trim(),
+                tenant.name,
+                max.as_millis(),
+                setting("call_timeout_max_ms")
+            );
+            problems.push(config.error(SANDBOX_CALL_TIMEOUT_MS, reason));
+        }
+        timeouts.lifecycle = timeouts.lifecycle.min(max);
+        timeouts.hot = timeouts.hot.min(max);
+    }
+    if let Some(max) = quotas.log_lines_per_second_max
+        && settings.sandbox.log_lines_per_second > max
     {
-        let reason = format!(
-            "{} is above tenant {}'s quota of {max} ms per call (call_timeout_max_ms in sluice.toml)",
-            given.trim(),
-            tenant.name
-        );
-        return Err(config.error(SANDBOX_CALL_TIMEOUT_MS, reason));
+        if let Some(given) = config.get(SANDBOX_LOG_LINES_PER_SECOND) {
+            let reason = format!(
+                "{} is above tenant {}'s quota of {max} log lines per second per instance ({})",
+                given.trim(),
+                tenant.name,
+                setting("log_lines_per_second_max")
+            );
+            problems.push(config.error(SANDBOX_LOG_LINES_PER_SECOND, reason));
+        }
+        settings.sandbox.log_lines_per_second = max;
     }
     let mine: Vec<u32> = running
         .iter()
@@ -529,23 +566,30 @@ fn check_tenant(
         .map(|(_, tasks_max)| *tasks_max)
         .collect();
     if let Some(max) = quotas.connectors
-        && mine.len() as u32 >= max
+        && mine.len() as u64 >= u64::from(max)
     {
-        return Err(
-            config.error(NAME, format!("tenant {} already runs {} connectors, its quota", tenant.name, mine.len()))
+        let reason = format!(
+            "tenant {} already runs {} connectors, its quota ({})",
+            tenant.name,
+            mine.len(),
+            setting("connectors")
         );
+        problems.push(config.error(NAME, reason));
     }
     if let Some(max) = quotas.tasks {
-        let in_use: u32 = mine.iter().sum();
-        if in_use + settings.tasks_max > max {
+        // In u64: a tasks.max near u32::MAX wrapped the sum below the quota.
+        let in_use: u64 = mine.iter().map(|&tasks| u64::from(tasks)).sum();
+        if in_use + u64::from(settings.tasks_max) > u64::from(max) {
             let reason = format!(
-                "{} more tasks would exceed tenant {}'s quota of {max} tasks ({in_use} in use)",
-                settings.tasks_max, tenant.name
+                "{} more tasks would exceed tenant {}'s quota of {max} tasks ({in_use} in use; {})",
+                settings.tasks_max,
+                tenant.name,
+                setting("tasks")
             );
-            return Err(config.error(TASKS_MAX, reason));
+            problems.push(config.error(TASKS_MAX, reason));
         }
     }
-    Ok(())
+    problems
 }
 
 /// A value against a plugin key's declared type (Kafka Connect's type names).

@@ -179,6 +179,7 @@ impl Herder {
         };
         let board = Arc::new(StatusBoard::new(worker_id, stores.statuses().clone()));
         let rates = Arc::new(TenantRates::new(&worker));
+        let validations = Arc::new(super::limits::TenantValidations::new(&worker));
         let idle_polls = Arc::new(IdlePolls::new(worker.sandbox.idle_polls_per_second));
         let exit = Arc::default();
         let topics = Arc::new(ActiveTopics::new(worker.topic_tracking, stores.statuses().clone()));
@@ -190,6 +191,7 @@ impl Herder {
             board,
             worker: Arc::new(worker),
             rates,
+            validations,
             idle_polls,
             topics,
         }))

@@ -21,6 +21,7 @@ pub struct Services {
     pub board: Arc<StatusBoard>,
     pub worker: Arc<WorkerConfig>,
     pub rates: Arc<TenantRates>,
+    pub validations: Arc<super::limits::TenantValidations>,
     pub idle_polls: Arc<IdlePolls>,
     pub topics: Arc<super::topics::ActiveTopics>,
 }
