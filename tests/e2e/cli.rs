@@ -61,6 +61,16 @@ fn bad_connector_configs_name_file_key_and_reason() {
         ],
         "{stderr}"
     );
+    // The host's own keys too, each bad one said (the first stopped the file).
+    let (code, stderr, file) = run_connector(
+        r#"{"name": "x", "config": {"connector.class": "counter", "tasks.max": "0", "destination": "nowhere", "restart.policy": "x"}}"#,
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    for key in ["tasks.max", "destination", "restart.policy", "topic"] {
+        let said = format!("error: {file}: {key}: ");
+        assert_eq!(lines.iter().filter(|l| l.starts_with(&said)).count(), 1, "{key}: {stderr}");
+    }
 }
 
 #[test]

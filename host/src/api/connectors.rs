@@ -131,7 +131,7 @@ fn new_config(
         (_, Some(_)) => return Err(ApiError::bad_request(format!("name: {}", slash_refused(name)))),
         (_, None) => caller.namespace(name)?,
     };
-    let source = format!("connector {}", ns.connector);
+    let source = if ns.connector.is_empty() { "connector".to_string() } else { format!("connector {}", ns.connector) };
     let mut config = ConnectorConfig::from_map(Some(ns.connector.clone()), values, &source)?;
     if let Some(tenant) = from_config
         && tenant != ns.tenant

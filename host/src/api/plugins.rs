@@ -56,6 +56,13 @@ async fn plugin(state: &ApiState, name: &str) -> Result<Arc<Plugin>, ApiError> {
     })
 }
 
+/// The 1-based place of `definitions[at]` among the keys of its group, as Connect's
+/// `orderInGroup` counts (each group from 1).
+fn order_in_group<K>(definitions: &[(K, String)], at: usize) -> usize {
+    let group = &definitions[at].1;
+    definitions[..=at].iter().filter(|(_, g)| g == group).count()
+}
+
 /// Connect's `ConfigKeyInfo`, with the group and order it shows.
 fn definition(key: &ConfigKeyInfo, group: &str, order: usize) -> Value {
     json!({
@@ -106,10 +113,11 @@ pub async fn config(State(state): Shared, Path(name): Path<String>) -> Result<Js
             });
         }
     };
-    let keys: Vec<Value> = definitions(&plugin)
+    let definitions = definitions(&plugin);
+    let keys: Vec<Value> = definitions
         .iter()
         .enumerate()
-        .map(|(order, (key, group))| definition(key, group, order + 1))
+        .map(|(at, (key, group))| definition(key, group, order_in_group(&definitions, at)))
         .collect();
     Ok(Json(Value::Array(keys)))
 }
@@ -204,7 +212,7 @@ pub async fn validate(
     let configs: Vec<Value> = definitions
         .iter()
         .enumerate()
-        .map(|(order, (key, group))| {
+        .map(|(at, (key, group))| {
             if grouped.insert(group.clone()) {
                 groups.push(group.clone());
             }
@@ -215,7 +223,7 @@ pub async fn validate(
                 other => Value::String(other.to_string()),
             });
             json!({
-                "definition": definition(key, group, order + 1),
+                "definition": definition(key, group, order_in_group(&definitions, at)),
                 "value": {
                     "name": key.name,
                     "value": value.unwrap_or(Value::Null),

@@ -167,6 +167,7 @@ enum Command {
     /// Print a connector's committed source offsets, or delete one partition's offset
     /// (so the partition is read again from the start) while no `sluice run` uses the data.
     Offsets {
+        /// The connector's name (its offsets outlive it: a deleted connector's are shown too).
         connector: String,
         #[command(flatten)]
         data: DataDirArg,
@@ -182,7 +183,10 @@ enum Command {
         delete: Option<String>,
     },
     /// Print the SHA-256 of an API token, for a tenant's `token_sha256` in sluice.toml.
-    HashToken { token: String },
+    HashToken {
+        /// The token a tenant (or the operator) sends as `Authorization: Bearer TOKEN`.
+        token: String,
+    },
     /// Quick start: create a sample inbox and stream it with file-pulse; drop more files
     /// into the inbox while it runs. Ctrl-C stops it.
     Demo {

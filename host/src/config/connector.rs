@@ -69,8 +69,9 @@ impl ConnectorConfig {
         Self::from_json(&text, &source)
     }
 
-    /// Parses `{"name": "...", "config": {...}}`. Numbers and booleans are accepted as
-    /// values and kept as their text, since hand-written files often have `"tasks.max": 2`.
+    /// Parses `{"name": "...", "config": {...}}`, its values not yet checked. Numbers and
+    /// booleans are accepted as values and kept as their text, since hand-written files
+    /// often have `"tasks.max": 2`.
     pub fn from_json(text: &str, source: &str) -> Result<Self, ConfigError> {
         let error = |key: Option<&str>, reason: String| ConfigError {
             source: source.to_string(),
@@ -92,9 +93,9 @@ impl ConnectorConfig {
             None => None,
             Some(_) => return Err(error(Some("name"), "must be a string".into())),
         };
-        let config = Self::from_map(name, config, source)?;
-        config.check()?;
-        Ok(config)
+        // The host's keys are checked at admission, which lists every problem of the
+        // config rather than the first one `check` meets.
+        Self::from_map(name, config, source)
     }
 
     /// The config of a JSON object of values, named `name` or by its own `name` key, with
@@ -209,7 +210,8 @@ mod tests {
     use super::*;
 
     fn parse(config: &str) -> Result<ConnectorConfig, ConfigError> {
-        ConnectorConfig::from_json(config, "c.json")
+        let config = ConnectorConfig::from_json(config, "c.json")?;
+        config.check().map(|()| config)
     }
 
     #[test]

@@ -224,8 +224,16 @@ impl ConnectorRun {
         }
         let mut paused = self.paused.clone();
         let running = |paused: bool| if paused { State::Paused } else { State::Running };
-        self.services.board.set_connector(&self.namespace, running(*paused.borrow_and_update()), None);
-        if let Some(end) = self.reconfigure(&mut instance, stop).await {
+        let started_paused = *paused.borrow_and_update();
+        self.services.board.set_connector(&self.namespace, running(started_paused), None);
+        // Brought back paused (a worker restarted), its tasks are those of the configs
+        // stored last, paused, as Connect brings them back; the plugin is asked for new
+        // ones once it is resumed. Asked now, file-pulse (which assigns files in a tick,
+        // which a paused connector does not run) had none: the status showed no task.
+        let mut reconfigure_on_resume = false;
+        if started_paused && self.tasks.is_empty() && self.start_stored_tasks() {
+            reconfigure_on_resume = true;
+        } else if let Some(end) = self.reconfigure(&mut instance, stop).await {
             return end;
         }
         // Restarted alone after its tasks finished: they have nothing more to say.
@@ -258,6 +266,9 @@ impl ConnectorRun {
                 Ok(()) = paused.changed() => {
                     let now_paused = *paused.borrow_and_update();
                     self.services.board.set_connector(&self.namespace, running(now_paused), None);
+                    if !now_paused && std::mem::take(&mut reconfigure_on_resume) {
+                        reconfigure.notify_one();
+                    }
                 }
                 Some(Control::Restart { connector, tasks }) = control.recv() => {
                     self.restart_tasks(tasks).await;
@@ -326,6 +337,28 @@ impl ConnectorRun {
                 }
             }
         }
+    }
+
+    /// Starts a task for each config the store holds for this connector, when they are
+    /// this config's (each carries every key of it, as the plugins copy them; otherwise
+    /// nothing starts and the plugin is asked). Returns whether any started.
+    fn start_stored_tasks(&mut self) -> bool {
+        let Ok(stored) = self.services.stores.configs().task_configs(&self.namespace) else { return false };
+        let own = self.config.to_pairs();
+        let made_from_this_config = |task: &Pairs| own.iter().all(|pair| task.contains(pair));
+        if stored.is_empty()
+            || stored.len() > self.settings.tasks_max as usize
+            || !stored.iter().all(made_from_this_config)
+        {
+            return false;
+        }
+        for (task, config) in stored.into_iter().enumerate() {
+            let handle = self.start_task(task as u32, Arc::new(config));
+            self.tasks.push(handle);
+        }
+        self.services.board.retain_tasks(&self.namespace, self.tasks.len() as u32);
+        tracing::info!(connector = %self.config.name, tasks = self.tasks.len(), "paused: its stored tasks started paused; their configs are asked for again on resume");
+        true
     }
 
     /// Stops the connector instance within the lifecycle timeout, whatever its plugin does.

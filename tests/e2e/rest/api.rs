@@ -351,6 +351,13 @@ fn plugin_endpoints_list_describe_and_validate() {
     let topic = keys.as_array().unwrap().iter().find(|k| k["name"] == "topic").unwrap();
     assert_eq!(topic["required"], true);
     assert_eq!(topic["group"], "counter");
+    // Each group's keys are numbered from 1, as Connect's orderInGroup.
+    let mut next: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for key in keys.as_array().unwrap() {
+        let expected = next.entry(key["group"].as_str().unwrap()).or_insert(0);
+        *expected += 1;
+        assert_eq!(key["order"].as_u64(), Some(*expected), "{key}");
+    }
     let message = server.get("/connector-plugins/nope/config").assert_error(404);
     assert!(message.contains("nope.wasm") && message.contains("no transform or predicate"), "{message}");
 
@@ -827,4 +834,37 @@ fn records_and_offsets_of_deleted_connectors_stay_readable_with_sluice_topics_an
     let unknown = crate::run(&["topics", "list", "--data-dir", data, "--tenant", "nobody"]);
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no connector of tenant 'nobody'"));
+}
+
+/// A paused file-pulse connector brought back by a restarted worker shows its tasks PAUSED
+/// (as Connect brings back a paused connector's tasks from their stored configs: file-pulse
+/// assigns files in a tick, which a paused connector does not run, and it showed none),
+/// and once resumed reads on from where it was, each line once.
+#[test]
+fn a_paused_connector_is_back_with_its_tasks_paused_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, plugins) = (dir.path().join("data"), plugin_folder(dir.path(), &["file-pulse"]));
+    let inbox = dir.path().join("in");
+    std::fs::create_dir(&inbox).unwrap();
+    std::fs::write(inbox.join("app.log"), "one\ntwo\n").unwrap();
+    let body = json!({"name": "tail", "config": {"connector.class": "file-pulse", "topic": "t", "tasks.max": "2",
+        "fs.listing.directory.path": inbox, "sandbox.fs.read": inbox, "file.completion": "tail",
+        "fs.listing.interval.ms": "100"}})
+    .to_string();
+    let mut server = Server::start(&data, &plugins, None);
+    assert_eq!(server.call("POST", "/connectors", None, Some(&body)).status, 201);
+    wait_until("both lines", || (crate::stored_count(&data) == 2).then_some(()));
+    assert_eq!(server.call("PUT", "/connectors/tail/pause", None, None).status, 202);
+    server.wait_for("paused", "/connectors/tail/status", None, |s| all_in(s, "PAUSED", 1));
+    assert!(server.terminate().success());
+
+    let server = Server::start(&data, &plugins, None);
+    let status = server.wait_for("paused", "/connectors/tail/status", None, |s| all_in(s, "PAUSED", 1));
+    assert_eq!(status["tasks"][0]["id"], 0, "{status}");
+    std::fs::OpenOptions::new().append(true).open(inbox.join("app.log")).unwrap().write_all(b"three\n").unwrap();
+    assert_eq!(server.call("PUT", "/connectors/tail/resume", None, None).status, 202);
+    wait_until("the third line", || (crate::stored_count(&data) >= 3).then_some(()));
+    server.wait_for("running", "/connectors/tail/status", None, |s| all_in(s, "RUNNING", 1));
+    let read = crate::run(&["topics", "read", "t", "--data-dir", data.to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&read.stdout), "one\ntwo\nthree\n");
 }
