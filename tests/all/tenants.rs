@@ -212,6 +212,10 @@ async fn a_link_inside_the_roots_leading_out_says_nothing_of_what_is_there() {
     // A link the tenant made (or unpacked) in its own root, to the host's files.
     std::os::unix::fs::symlink(elsewhere.path(), root.path().join("out")).unwrap();
     std::os::unix::fs::symlink("/", root.path().join("host")).unwrap();
+    // Links that lead nowhere: whether their targets exist is the host's business too.
+    std::os::unix::fs::symlink(elsewhere.path().join("missing.csv"), root.path().join("gone")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path().join("payroll.csv"), root.path().join("there")).unwrap();
+    std::os::unix::fs::symlink("loop", root.path().join("loop")).unwrap();
     let through = |rest: &str| format!("{}/{rest}", canonical(&root));
     for probe in [
         through("out"),
@@ -222,6 +226,10 @@ async fn a_link_inside_the_roots_leading_out_says_nothing_of_what_is_there() {
         through("host/proc/self/cwd"),
         through("host/etc/passwd"),
         through("out/dir/../../.."),
+        through("gone"),
+        through("gone/deeper"),
+        through("there"),
+        through("loop"),
     ] {
         let bad =
             unchecked(&[("connector.class", "counter"), ("tenant", "a"), ("topic", "t"), ("sandbox.fs.read", &probe)]);
@@ -244,7 +252,8 @@ async fn a_link_inside_the_roots_leading_out_says_nothing_of_what_is_there() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotas_cap_what_a_config_leaves_unset_and_every_breach_is_said_by_its_setting() {
-    let toml = "[[tenant]]\nname = \"q\"\n[tenant.quotas]\nconnectors = 2\ntasks = 4\nmemory_max_bytes = 33554432\ncall_timeout_max_ms = 1000\n";
+    // The operator's default above the tenant's quota is brought within it, not refused.
+    let toml = "[defaults]\n\"sandbox.log.lines.per.second\" = 5000\n[[tenant]]\nname = \"q\"\n[tenant.quotas]\nconnectors = 2\ntasks = 4\nmemory_max_bytes = 33554432\ncall_timeout_max_ms = 1000\n";
     let host = TestHost::with_tenants(&["counter", "hostile"], toml).await;
     let config = |name: &str, plugin: &str, extra: &[(&str, &str)]| {
         let mut pairs = vec![("tenant", "q"), ("topic", "t")];
@@ -252,8 +261,8 @@ async fn quotas_cap_what_a_config_leaves_unset_and_every_breach_is_said_by_its_s
         connector(name, plugin, &pairs)
     };
     host.start(config("c", "counter", &[("tasks.max", "2")])).await;
-    // Two in use and the most tasks.max may be: refused (in u32 the sum could wrap under
-    // the quota).
+    // Two in use and the most tasks.max may be (Connect's INT, so the sum cannot wrap; it
+    // is added in u64 all the same): refused.
     let huge = host.herder.validate(&config("d", "counter", &[("tasks.max", "2147483647")])).await.err().unwrap();
     assert_eq!(huge.key.as_deref(), Some("tasks.max"), "{huge}");
     assert!(huge.reason.contains("(2 in use; tasks in [tenant.quotas] of sluice.toml)"), "{huge}");
@@ -268,6 +277,8 @@ async fn quotas_cap_what_a_config_leaves_unset_and_every_breach_is_said_by_its_s
     for setting in ["tasks in", "memory_max_bytes in", "log_lines_per_second_max in"] {
         assert!(said.iter().any(|s| s.contains(setting)), "{setting} not in {said:?}");
     }
+    let admitted = host.herder.validate(&config("d", "counter", &[])).await.expect("the default, capped");
+    assert_eq!(admitted.settings.sandbox.log_lines_per_second, 1000);
     // A plugin's validate that sleeps: the tenant's 1 s deadline holds whether the config
     // sets a longer one (refused, and validate still runs within the quota) or none (the
     // default 10 s is above the quota).

@@ -101,7 +101,7 @@ fn a_transform_sluice_does_not_run_is_refused_naming_its_key() {
             config[*key] = serde_json::Value::String(value.to_string());
         }
         let text = serde_json::json!({"name": "c", "config": config}).to_string();
-        ConnectorConfig::from_json(&text, "c.json").expect_err("refused")
+        ConnectorConfig::from_json(&text, "c.json").and_then(|c| c.check()).expect_err("refused")
     };
     let error = refused(&[("transforms.x.type", "org.apache.kafka.connect.transforms.SetSchemaMetadata$Value")]);
     assert_eq!(error.key.as_deref(), Some("transforms.x.type"));

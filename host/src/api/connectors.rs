@@ -242,7 +242,8 @@ async fn every_value_problem(
     values: &Map<String, Value>,
     named_by: NamedBy,
 ) -> Result<(), ApiError> {
-    let mut problems = ConnectorConfig::value_problems(values, &format!("connector {name}"));
+    let source = if name.is_empty() { "connector".to_string() } else { format!("connector {name}") };
+    let mut problems = ConnectorConfig::value_problems(values, &source);
     if problems.is_empty() {
         return Ok(());
     }

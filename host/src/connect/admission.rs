@@ -111,7 +111,12 @@ pub(super) async fn problems(services: &Services, config: &ConnectorConfig, runn
     // the default that stood in for it.
     problems.extend(check_fuel(services, &probe, &settings).err());
     problems.extend(destination_problems(services, &probe, &settings));
-    problems.extend(tenant_problems(services, &probe, &mut settings, running));
+    let tenant_said = tenant_problems(services, &probe, &mut settings, running);
+    // A grant refused here (its path changed since the check above): the plugin is not
+    // run with it.
+    let grants_refused = grants_refused
+        || tenant_said.iter().any(|p| matches!(p.key.as_deref(), Some(SANDBOX_FS_READ | SANDBOX_FS_WRITE)));
+    problems.extend(tenant_said);
     let plugin = match find_plugin(services, config).await {
         Ok(plugin) => plugin,
         Err(problem) => {
@@ -330,7 +335,6 @@ async fn plugin_validate(
     settings: &ConnectorSettings,
 ) -> Result<Vec<ConfigError>, ConfigError> {
     let name = &plugin.name;
-    let _place = services.validations.place(config.tenant()).await;
     let context = services.context(&Namespace::new(config.tenant(), &config.name), None, None);
     let mut instance =
         services.runtime.instantiate(plugin.pre(), context, &settings.sandbox).await.map_err(|e| match e {
@@ -440,10 +444,10 @@ fn nearest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
 /// A restricted tenant's directory grants (`sandbox.fs.read`, `sandbox.fs.write`) that name
 /// a place outside its roots, looked at before anything on the host is: whether such a
 /// path exists, or is a file or a directory, gets one answer, so a tenant cannot probe the
-/// host's files outside its roots (another tenant's, say) through the error it is given. A
-/// path inside the roots as typed gets the detailed reasons of the key's own check; one
-/// that leaves them as typed passes only if it leads to a directory inside them (a root
-/// reached through a symbolic link).
+/// host's files outside its roots (another tenant's, say) through the error it is given.
+/// A path is judged by where it leads (or its nearest existing ancestor, when it does not
+/// resolve; a link leading nowhere is outside): one that leads inside the roots gets the
+/// detailed reasons of the key's own check, whatever it looks like as typed.
 pub(super) fn grants_outside_roots(services: &Services, config: &ConnectorConfig) -> Vec<ConfigError> {
     let Some(tenant) = services.worker.tenant(config.tenant()) else { return Vec::new() };
     // A tenant that may grant the root may grant anything (the unlimited `default`).
@@ -457,10 +461,18 @@ pub(super) fn grants_outside_roots(services: &Services, config: &ConnectorConfig
     // the host's files: only where it leads is looked at.
     let inside = |typed: &str| {
         let Ok(mut path) = std::path::absolute(typed) else { return false };
+        // The name below `path` that did not resolve.
+        let mut below: Option<std::ffi::OsString> = None;
         loop {
             if let Ok(resolved) = std::fs::canonicalize(&path) {
-                return tenant.may_grant(&resolved);
+                // A link that leads nowhere (a missing or unreadable target): whether its
+                // target is there is not the tenant's to learn, wherever it points.
+                let dangling = below.as_ref().is_some_and(|name| {
+                    std::fs::symlink_metadata(resolved.join(name)).is_ok_and(|m| m.file_type().is_symlink())
+                });
+                return !dangling && tenant.may_grant(&resolved);
             }
+            below = path.file_name().map(ToOwned::to_owned);
             if !path.pop() {
                 return false;
             }
@@ -515,10 +527,14 @@ fn tenant_problems(
     }
     let quotas = &tenant.quotas;
     let setting = |name: &str| format!("{name} in [tenant.quotas] of sluice.toml");
+    // Set by the connector's config, not by the worker's `[defaults]` (an operator's
+    // default above a tenant's quota is brought within it, not blamed on the tenant).
+    let given =
+        |key: &str| config.get(key).filter(|value| worker.defaults.get(key).map(String::as_str) != Some(*value));
     if let Some(max) = quotas.memory_max_bytes
         && settings.sandbox.memory_max_bytes > max
     {
-        if config.get(SANDBOX_MEMORY_MAX_BYTES).is_some() {
+        if given(SANDBOX_MEMORY_MAX_BYTES).is_some() {
             let reason = format!(
                 "{} is above tenant {}'s quota of {max} bytes per instance ({})",
                 settings.sandbox.memory_max_bytes,
@@ -531,7 +547,7 @@ fn tenant_problems(
     }
     if let Some(max) = quotas.call_timeout_max_ms.map(Duration::from_millis) {
         let timeouts = &mut settings.sandbox.timeouts;
-        if let Some(given) = config.get(SANDBOX_CALL_TIMEOUT_MS)
+        if let Some(given) = given(SANDBOX_CALL_TIMEOUT_MS)
             && timeouts.lifecycle.max(timeouts.hot) > max
         {
             let reason = format!(
@@ -549,7 +565,7 @@ fn tenant_problems(
     if let Some(max) = quotas.log_lines_per_second_max
         && settings.sandbox.log_lines_per_second > max
     {
-        if let Some(given) = config.get(SANDBOX_LOG_LINES_PER_SECOND) {
+        if let Some(given) = given(SANDBOX_LOG_LINES_PER_SECOND) {
             let reason = format!(
                 "{} is above tenant {}'s quota of {max} log lines per second per instance ({})",
                 given.trim(),

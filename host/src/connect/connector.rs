@@ -126,6 +126,9 @@ pub(super) struct ConnectorRun {
     pub(super) tasks: Vec<TaskHandle>,
     /// `true` while the connector is paused (its tasks do not poll, it does not tick).
     pub(super) paused: watch::Receiver<bool>,
+    /// Brought back by a worker that starts: while it is paused, its tasks are those of
+    /// the task configs stored last (as Connect brings them back).
+    pub(super) restored: bool,
 }
 
 impl ConnectorRun {
@@ -231,11 +234,15 @@ impl ConnectorRun {
         // ones once it is resumed. Asked now, file-pulse (which assigns files in a tick,
         // which a paused connector does not run) had none: the status showed no task.
         let mut reconfigure_on_resume = false;
-        if started_paused && self.tasks.is_empty() && self.start_stored_tasks() {
+        if started_paused && std::mem::take(&mut self.restored) && self.tasks.is_empty() && self.start_stored_tasks() {
             reconfigure_on_resume = true;
         } else if let Some(end) = self.reconfigure(&mut instance, stop).await {
             return end;
         }
+        // Set once resumed: the plugin is asked for task configs after its first tick,
+        // not before (file-pulse, asked before listing its directory, would have none, and
+        // every task would stop only to start again).
+        let mut ask_after_tick = false;
         // Restarted alone after its tasks finished: they have nothing more to say.
         if self.all_tasks_finished() {
             self.finished.notify_one();
@@ -267,7 +274,7 @@ impl ConnectorRun {
                     let now_paused = *paused.borrow_and_update();
                     self.services.board.set_connector(&self.namespace, running(now_paused), None);
                     if !now_paused && std::mem::take(&mut reconfigure_on_resume) {
-                        reconfigure.notify_one();
+                        ask_after_tick = true;
                     }
                 }
                 Some(Control::Restart { connector, tasks }) = control.recv() => {
@@ -321,6 +328,9 @@ impl ConnectorRun {
                         Some(Ok(Err(e))) => return InstanceEnd::Failed(describe_connector_error(&e)),
                         Some(Ok(Ok(()))) => {}
                     }
+                    if std::mem::take(&mut ask_after_tick) {
+                        reconfigure.notify_one();
+                    }
                 }
                 _ = reconfigure.notified() => {
                     self.wake.send_modify(|requests| *requests += 1);
@@ -348,6 +358,7 @@ impl ConnectorRun {
         let made_from_this_config = |task: &Pairs| own.iter().all(|pair| task.contains(pair));
         if stored.is_empty()
             || stored.len() > self.settings.tasks_max as usize
+            || stored.len() as u64 >= u64::from(self.services.worker.sandbox.max_instances)
             || !stored.iter().all(made_from_this_config)
         {
             return false;

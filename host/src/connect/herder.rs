@@ -302,7 +302,15 @@ impl Herder {
     /// Checks a config the way `start` would: host keys, the tenant's rules, the plugin's
     /// `config-def`, and the plugin's own `validate`.
     pub async fn validate(&self, config: &ConnectorConfig) -> Result<Admitted, ConfigError> {
+        let _place = self.validation_place(config).await;
         admission::admit(&self.services, config, &self.running_now()).await
+    }
+
+    /// A place for one of the config's tenant's plugin checks (`limits::TenantValidations`),
+    /// taken only where the herder's lock is not held: a check waiting for its tenant's
+    /// place must not hold up every other tenant's changes.
+    async fn validation_place(&self, config: &ConnectorConfig) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.services.validations.place(&self.namespace_of(config).tenant).await
     }
 
     /// Checks several configs as if all were started, each against the tenants' quotas
@@ -381,6 +389,7 @@ impl Herder {
     /// ([`admission::recheck_tenant`]).
     async fn admit_unlocked(&self, config: &ConnectorConfig) -> Result<Admitted, HerderError> {
         self.load_plugin_of(config).await;
+        let _place = self.validation_place(config).await;
         Ok(admission::admit(&self.services, config, &self.running_now()).await?)
     }
 
@@ -399,7 +408,7 @@ impl Herder {
         admission::recheck_tenant(&self.services, &config, &mut admitted, &self.running(&connectors))?;
         let ns = ns.clone();
         self.store_config(&ns, &config, target)?;
-        let entry = self.launch(&ns, config, admitted, target);
+        let entry = self.launch(&ns, config, admitted, target, false);
         connectors.insert(ns.clone(), entry);
         Ok(ns)
     }
@@ -434,7 +443,7 @@ impl Herder {
         if let Some(run) = old.run {
             run.stop().await;
         }
-        let entry = self.launch(&ns, config, admitted, target);
+        let entry = self.launch(&ns, config, admitted, target, false);
         connectors.insert(ns, entry);
         Ok(false)
     }
@@ -459,7 +468,7 @@ impl Herder {
         if let Some(run) = old.run {
             run.stop().await;
         }
-        let entry = self.launch(ns, config.clone(), admitted, target);
+        let entry = self.launch(ns, config.clone(), admitted, target, false);
         connectors.insert(ns.clone(), entry);
         Ok(config)
     }
@@ -471,7 +480,16 @@ impl Herder {
     }
 
     /// Starts the connector's loop in `target` (none for STOPPED).
-    fn launch(&self, ns: &Namespace, config: ConnectorConfig, admitted: Admitted, target: TargetState) -> Entry {
+    /// `restored`: brought back by a worker that starts (its stored tasks are its tasks while
+    /// it is paused, as in Connect).
+    fn launch(
+        &self,
+        ns: &Namespace,
+        config: ConnectorConfig,
+        admitted: Admitted,
+        target: TargetState,
+        restored: bool,
+    ) -> Entry {
         let Admitted { settings, plugin, warnings } = admitted;
         for warning in warnings {
             tracing::warn!("{warning}");
@@ -518,6 +536,7 @@ impl Herder {
             wake: tokio::sync::watch::Sender::new(0),
             tasks: Vec::new(),
             paused: paused_rx,
+            restored,
         };
         let join = tokio::spawn(run.run(stop_rx, control_rx));
         let run = RunningConnector { stop, stop_within, join, metrics, control, paused, plugin: run_plugin };
@@ -558,7 +577,7 @@ impl Herder {
             };
             match admitted {
                 Ok(admitted) => {
-                    let entry = self.launch(&ns, config, admitted, target);
+                    let entry = self.launch(&ns, config, admitted, target, true);
                     connectors.insert(ns, entry);
                     restored += 1;
                 }
@@ -591,7 +610,7 @@ impl Herder {
         entry.target = target;
         match admission::admit(&self.services, &config, &self.running(&connectors)).await {
             Ok(admitted) => {
-                let entry = self.launch(ns, config, admitted, target);
+                let entry = self.launch(ns, config, admitted, target, false);
                 connectors.insert(ns.clone(), entry);
             }
             // As in Connect, a resume only sets the target state: a connector that then
@@ -708,7 +727,7 @@ impl Herder {
         if let Some(run) = old.run {
             run.stop().await;
         }
-        let entry = self.launch(ns, config, admitted, target);
+        let entry = self.launch(ns, config, admitted, target, false);
         connectors.insert(ns.clone(), entry);
         Ok(())
     }
@@ -716,6 +735,7 @@ impl Herder {
     /// Every problem in `config`, for Kafka Connect's validate endpoint (empty when it
     /// would be admitted).
     pub async fn problems(&self, config: &ConnectorConfig) -> Vec<ConfigError> {
+        let _place = self.validation_place(config).await;
         admission::problems(&self.services, config, &self.running_now()).await
     }
 
