@@ -205,7 +205,7 @@ async fn tail_mode_follows_appends_and_reads_a_rotated_file_as_new() {
     std::fs::write(&app, "one\ntwo\nthree\n").unwrap();
     let config = dirs.config(&[
         ("file.completion", "tail"),
-        ("file.filter.regex.pattern", r"\.log$"),
+        ("file.filter.regex.pattern", r".*\.log"),
         ("task.stall.timeout.ms", "300"),
     ]);
     host.start(pulse("pulse", &config)).await;

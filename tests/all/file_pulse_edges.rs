@@ -288,7 +288,7 @@ async fn copytruncate_reads_the_new_lines_from_the_start() {
     let app = dirs.inbox.path().join("app.log");
     let old: String = (0..100).map(|i| format!("old-{i}\n")).collect();
     std::fs::write(&app, &old).unwrap();
-    let config = dirs.config(&[("file.completion", "tail"), ("file.filter.regex.pattern", r"app\.log$")]);
+    let config = dirs.config(&[("file.completion", "tail"), ("file.filter.regex.pattern", r"app\.log")]);
     host.start(pulse("pulse", &config)).await;
     wait_until("the old lines", || (host.values("lines").len() == 100).then_some(())).await;
     // `: > app.log`, then the writer goes on at once: the file is soon longer than before.
@@ -1382,4 +1382,63 @@ async fn a_new_log_on_the_identity_of_a_finished_file_of_another_name_is_followe
     assert_each_once(host.values("lines"), written);
     let offsets = offsets_by_path(&host);
     assert_ne!(offsets["app.log"]["end"], "rotated", "{offsets:?}");
+}
+
+/// A `.gz` that failed part way and came back as another file under its name (a new
+/// export copied over it): read from its start, as a plain file is, not on from the old
+/// file's position (its first lines were lost, and a line cut in two sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gz_replaced_under_its_name_is_read_from_its_start() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let (done, failed) = (Dirs::path(&dirs.done), Dirs::path(&dirs.failed));
+    let old: String = (0..20_000).map(|i| format!("old export line {i}\n")).collect();
+    let old = gzip(&old);
+    drop_file(dirs.inbox.path(), "export.gz", &old[..old.len() / 2]);
+    let config = dirs.config(&[
+        ("fs.cleanup.policy", "move"),
+        ("fs.cleanup.policy.move.success.path", &done),
+        ("fs.cleanup.policy.move.failure.path", &failed),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    let parked = dirs.failed.path().join("export.gz");
+    wait_until("the cut file in the failure folder", || parked.exists().then_some(())).await;
+    let sent = host.values("lines").len();
+    assert!(sent > 1000, "{sent} lines before the cut");
+    // The new export, written over the parked file (its inode kept) and moved back.
+    let new: Vec<String> = (0..15_000).map(|i| format!("B{i},{}", i * 7)).collect();
+    std::fs::write(&parked, gzip(&format!("{}\n", new.join("\n")))).unwrap();
+    std::fs::rename(&parked, dirs.inbox.path().join("export.gz")).unwrap();
+    wait_until("the new export archived", || dirs.done.path().join("export.gz").exists().then_some(())).await;
+    let values = host.values("lines");
+    assert_eq!(&values[sent..], new.as_slice(), "the new export whole, from its first line, once");
+    assert_eq!(offsets_by_path(&host)["export.gz"]["version"], 1);
+}
+
+/// A file whose size is set before it is filled (zeros first, then the lines written over
+/// them, as Windows copies and preallocating downloaders make it): its lines arrive, not
+/// the zeros held back as an unfinished last line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_sized_before_it_is_filled_is_sent_as_its_lines() {
+    use std::os::unix::fs::FileExt;
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    host.start(pulse("pulse", &dirs.config(&[("eof.quiet.ms", "3000")]))).await;
+    let lines: Vec<String> = (0..2_000).map(|i| format!("{i:06},line")).collect();
+    let total: usize = lines.iter().map(|l| l.len() + 1).sum();
+    let file = std::fs::File::create(dirs.inbox.path().join("p.dat")).unwrap();
+    file.set_len(total as u64).unwrap();
+    let mut at = 0u64;
+    for (n, line) in lines.iter().enumerate() {
+        file.write_all_at(format!("{line}\n").as_bytes(), at).unwrap();
+        at += line.len() as u64 + 1;
+        if n % 100 == 99 {
+            // The writer goes on after a moment, well within eof.quiet.ms: the task reads
+            // the lines so far and holds the zeros after them.
+            wait_until("a read part way", || (host.values("lines").len() > n.saturating_sub(200)).then_some(())).await;
+        }
+    }
+    drop(file);
+    wait_until("the file finished", || (offsets_by_path(&host).get("p.dat")?["done"] == true).then_some(())).await;
+    assert_eq!(host.values("lines"), lines, "every line once, no zeros");
 }

@@ -1750,14 +1750,14 @@ impl TaskFile {
         self.offset.line += 1;
         if !self.key.path.ends_with(".gz") {
             self.offset.size = self.offset.size.max(self.offset.position);
-            // As for a line read: a skipped line that began in the head is part of it, or
-            // every reopen would find the head changed and read the file again from its
-            // start (endlessly, for a task that reopens its files in turn).
-            if before < HEAD_BYTES as u64 {
-                let head = open.head.borrow();
-                let covered = head.len().min(self.offset.position as usize).min(HEAD_BYTES);
-                self.offset.head = Some(head_hash(&head[..covered]));
-            }
+        }
+        // As for a line read: a skipped line that began in the head is part of it, or
+        // every reopen would find the head changed and read the file again from its
+        // start (endlessly, for a task that reopens its files in turn).
+        if before < HEAD_BYTES as u64 {
+            let head = open.head.borrow();
+            let covered = head.len().min(self.offset.position as usize).min(HEAD_BYTES);
+            self.offset.head = Some(head_hash(&head[..covered]));
         }
         self.announce = true;
     }
@@ -1860,10 +1860,32 @@ impl TaskState {
         }
         let head = Rc::new(RefCell::new(known_head));
         let end = if compressed { descriptor.stat().map_or(u64::MAX, |stat| stat.size) } else { u64::MAX };
-        let source =
-            |offset| Box::new(PositionalFile { file: Rc::clone(&descriptor), offset, head: Rc::clone(&head), end });
+        // A `.gz`'s head is of its decompressed stream (its positions count decompressed
+        // bytes), which its reader records; its compressed bytes are not.
+        let file_head = if compressed { Rc::new(RefCell::new(Vec::new())) } else { Rc::clone(&head) };
+        let source = |offset| {
+            Box::new(PositionalFile { file: Rc::clone(&descriptor), offset, head: Rc::clone(&file_head), end })
+        };
         let reader = if compressed {
-            match LineReader::gzip(source(0), file.offset.position, max_line) {
+            let mut opened = LineReader::gzip(source(0), file.offset.position, max_line, Rc::clone(&head));
+            // Resuming mid-stream: the first bytes decompressed while skipping to the
+            // position must be the ones read before, or the `.gz` was replaced under its
+            // name (`cp` over it, a new export on the same inode) and is read from its
+            // start; read on from the old position, its first lines were lost.
+            if file.offset.position > 0 {
+                let seen = head.borrow().clone();
+                let now = head_hash(&seen[..seen.len().min(file.offset.position as usize).min(HEAD_BYTES)]);
+                match &file.offset.head {
+                    Some(read) if *read != now => {
+                        file.restart_version("its first bytes are not the ones read before (replaced)".into());
+                        head.borrow_mut().clear();
+                        opened = LineReader::gzip(source(0), 0, max_line, Rc::clone(&head));
+                    }
+                    None if opened.is_ok() => file.offset.head = Some(now),
+                    _ => {}
+                }
+            }
+            match opened {
                 Ok(reader) => reader,
                 // Its stream ends where its writer is (`gzip` still compressing it in
                 // place): opened again at a later poll.
@@ -1961,12 +1983,13 @@ impl TaskState {
                     file.offset.line += 1;
                     if !file.key.path.ends_with(".gz") {
                         file.offset.size = file.offset.size.max(file.offset.position);
-                        // The head covers the first `min(position, HEAD_BYTES)` bytes.
-                        if before < HEAD_BYTES as u64 {
-                            let head = open.head.borrow();
-                            let covered = head.len().min(position as usize).min(HEAD_BYTES);
-                            file.offset.head = Some(head_hash(&head[..covered]));
-                        }
+                    }
+                    // The head covers the first `min(position, HEAD_BYTES)` bytes (of the
+                    // decompressed stream, for a `.gz`).
+                    if before < HEAD_BYTES as u64 {
+                        let head = open.head.borrow();
+                        let covered = head.len().min(position as usize).min(HEAD_BYTES);
+                        file.offset.head = Some(head_hash(&head[..covered]));
                     }
                     file.last_growth_ms = poll_clock_ms();
                     *bytes += line.len();
@@ -2102,7 +2125,10 @@ impl TaskState {
                         {
                             Self::send_held_line(file, settings, batch, &mut last);
                         }
-                        file.offset.head = head_of(&file.open.as_ref().expect("open").file, file.offset.position);
+                        // A `.gz`'s head is already its decompressed stream's.
+                        if !compressed {
+                            file.offset.head = head_of(&file.open.as_ref().expect("open").file, file.offset.position);
+                        }
                         file.finish(batch, last, end, None);
                     }
                     _ => {
@@ -2114,6 +2140,20 @@ impl TaskState {
                     }
                 }
             }
+        }
+        // Bytes held back as an unfinished last line can be written over in place before
+        // their newline comes (a file whose size is set before it is filled holds zeros
+        // there first, as Windows copies and preallocating downloaders make them): when
+        // the file changed, they are read again from after its last whole line. Kept, the
+        // zeros were sent as its last line and the lines written over them never were.
+        if grew
+            && !compressed
+            && !file.offset.done
+            && let Some(open) = &file.open
+            && open.reader.pending_len() > 0
+            && !open.reader.is_skipping()
+        {
+            file.open = None;
         }
     }
 

@@ -4,7 +4,11 @@
 //! its file, not the task, or (`errors.tolerance=all`) is skipped
 //! ([`LineReader::skip_long_line`]) without ever being held in memory.
 
+use std::cell::RefCell;
 use std::io::{self, BufRead, BufReader, Read};
+use std::rc::Rc;
+
+use crate::offset::HEAD_BYTES;
 
 /// Read buffer per open file.
 const BUFFER: usize = 32 << 10;
@@ -26,6 +30,57 @@ impl std::error::Error for TooLong {}
 /// Whether `error` is a [`TooLong`].
 pub fn is_too_long(error: &io::Error) -> bool {
     error.get_ref().is_some_and(|e| e.is::<TooLong>())
+}
+
+/// A gzip stream read as `gzip -d` reads one: bytes after its last member that are no
+/// gzip member (zeros a tape or a block device padded it with, or other trailing bytes,
+/// which `gzip -d` reports as "trailing garbage ignored") end the stream, where flate2
+/// fails it ("invalid gzip header") and the file, every line of which was read, failed.
+/// A first header that is not gzip's still fails: the file is not gzip at all.
+struct TrailingBytesIgnored<R> {
+    inner: R,
+    /// Decompressed bytes so far: none, and the bad header is the file's first.
+    produced: u64,
+}
+
+impl<R: Read> Read for TrailingBytesIgnored<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.inner.read(buf) {
+            Ok(read) => {
+                self.produced += read as u64;
+                Ok(read)
+            }
+            Err(e)
+                if self.produced > 0
+                    && e.kind() == io::ErrorKind::InvalidInput
+                    && e.to_string() == "invalid gzip header" =>
+            {
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A stream that keeps its first [`HEAD_BYTES`] bytes in `head` as they pass.
+struct HeadRecorder<R> {
+    inner: R,
+    head: Rc<RefCell<Vec<u8>>>,
+    /// Bytes read so far.
+    at: u64,
+}
+
+impl<R: Read> Read for HeadRecorder<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let read = self.inner.read(buf)?;
+        let mut head = self.head.borrow_mut();
+        if self.at == head.len() as u64 && head.len() < HEAD_BYTES {
+            let take = read.min(HEAD_BYTES - head.len());
+            head.extend_from_slice(&buf[..take]);
+        }
+        self.at += read as u64;
+        Ok(read)
+    }
 }
 
 pub struct LineReader {
@@ -60,8 +115,17 @@ impl LineReader {
     }
 
     /// Lines of a gzip stream read from its start, skipping to decompressed `position`.
-    pub fn gzip(compressed: Box<dyn Read>, position: u64, max_line: usize) -> io::Result<LineReader> {
-        let mut decoder = flate2::read::MultiGzDecoder::new(compressed);
+    /// The stream's first [`HEAD_BYTES`] decompressed bytes go to `head` as they are read
+    /// (those skipped too), so a `.gz` replaced under its name can be told from the one
+    /// read before, as a plain file is by its first bytes.
+    pub fn gzip(
+        compressed: Box<dyn Read>,
+        position: u64,
+        max_line: usize,
+        head: Rc<RefCell<Vec<u8>>>,
+    ) -> io::Result<LineReader> {
+        let decoder = TrailingBytesIgnored { inner: flate2::read::MultiGzDecoder::new(compressed), produced: 0 };
+        let mut decoder = HeadRecorder { inner: decoder, head, at: 0 };
         let skipped = io::copy(&mut (&mut decoder).take(position), &mut io::sink())?;
         if skipped < position {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file is shorter than its committed offset"));
@@ -196,7 +260,11 @@ impl LineReader {
 
 /// The whole content of `source` (decompressed when `gzip`), refused above `max` bytes.
 pub fn read_whole(source: Box<dyn Read>, gzip: bool, max: u64, why: &str) -> io::Result<Vec<u8>> {
-    let source: Box<dyn Read> = if gzip { Box::new(flate2::read::MultiGzDecoder::new(source)) } else { source };
+    let source: Box<dyn Read> = if gzip {
+        Box::new(TrailingBytesIgnored { inner: flate2::read::MultiGzDecoder::new(source), produced: 0 })
+    } else {
+        source
+    };
     let mut content = Vec::new();
     source.take(max + 1).read_to_end(&mut content)?;
     if content.len() as u64 > max {
@@ -302,12 +370,38 @@ mod tests {
     }
 
     #[test]
+    fn bytes_after_the_last_gzip_member_are_ignored_as_gzip_does() {
+        let gz = |text: &[u8]| {
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            encoder.write_all(text).unwrap();
+            encoder.finish().unwrap()
+        };
+        let lines = |file: Vec<u8>| -> io::Result<Vec<Vec<u8>>> {
+            let mut reader = LineReader::gzip(Box::new(io::Cursor::new(file)), 0, 100, Rc::default())?;
+            let mut lines = Vec::new();
+            while let Some((line, _)) = reader.next_line(false)? {
+                lines.push(line.to_vec());
+            }
+            Ok(lines)
+        };
+        let two = [gz(b"a\nb\n"), gz(b"c\n")].concat();
+        for trailing in [vec![0u8; 1024], b"TRAILING GARBAGE\n".to_vec()] {
+            let file = [two.clone(), trailing].concat();
+            assert_eq!(lines(file).unwrap(), [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        }
+        assert!(lines(b"not gzip at all\n".to_vec()).is_err(), "a file that is not gzip still fails");
+    }
+
+    #[test]
     fn gzip_resumes_and_whole_files_are_capped() {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         encoder.write_all(b"x\ny\n").unwrap();
         let gz = encoder.finish().unwrap();
-        let mut reader = LineReader::gzip(Box::new(io::Cursor::new(gz.clone())), 2, 100).unwrap();
+        let head = Rc::new(RefCell::new(Vec::new()));
+        let mut reader = LineReader::gzip(Box::new(io::Cursor::new(gz.clone())), 2, 100, Rc::clone(&head)).unwrap();
+        assert_eq!(head.borrow().as_slice(), b"x\n", "the skipped bytes are the head's first");
         assert_eq!(reader.next_line(false).unwrap().unwrap().0, b"y");
+        assert_eq!(head.borrow().as_slice(), b"x\ny\n", "then those read");
         assert_eq!(reader.position, 4);
         assert_eq!(read_whole(Box::new(io::Cursor::new(gz.clone())), true, 4, "cap").unwrap(), b"x\ny\n");
         assert!(read_whole(Box::new(io::Cursor::new(gz)), true, 3, "cap").unwrap_err().to_string().contains("cap"));

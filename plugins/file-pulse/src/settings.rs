@@ -19,7 +19,12 @@ pub const KEYS: &[(&str, Option<&str>, &str, &str)] = &[
         "How often the connector lists the directory (at its ticks: under monitor.interval.ms, lower that too).",
     ),
     ("fs.listing.recursive", Some("false"), "medium", "Descend into subdirectories."),
-    ("file.filter.regex.pattern", Some(".*"), "medium", "Only files whose name matches are streamed."),
+    (
+        "file.filter.regex.pattern",
+        Some(".*"),
+        "medium",
+        "Only files whose whole name matches are streamed, as in FilePulse (`.*\\.csv` takes `a.csv`, not `a.csv.tmp`).",
+    ),
     (
         "file.filter.minimum.age.ms",
         Some("0"),
@@ -182,9 +187,16 @@ impl Settings {
             noted(&problems, value, false)
         };
         let pattern = get("file.filter.regex.pattern");
-        let filter = regex_lite::Regex::new(&pattern).map_err(|e| {
-            problem("file.filter.regex.pattern", format!("'{pattern}' is not a valid regular expression: {e}"))
-        });
+        // The whole name must match, as FilePulse's `RegexFileListFilter` matches it: found
+        // anywhere in the name, `.*\.csv` took `data.csv.tmp` and a rotated `app.log.1.gz`
+        // too (the rotated log's lines sent twice).
+        let filter = if pattern.is_empty() {
+            Err(problem("file.filter.regex.pattern", "empty: '.*' streams every file".to_string()))
+        } else {
+            regex_lite::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+                problem("file.filter.regex.pattern", format!("'{pattern}' is not a valid regular expression: {e}"))
+            })
+        };
         let filter = match filter {
             Ok(filter) => filter,
             Err(problem) => noted(&problems, Err(problem), regex_lite::Regex::new(".*").expect("a valid pattern")),
@@ -315,6 +327,19 @@ mod tests {
             assert_eq!(problems, (key.to_string(), "must be at least 1".to_string()));
         }
         assert_eq!(parse(&[("poll.max.records", "1")]).unwrap().poll_max_records, 1);
+    }
+
+    #[test]
+    fn the_filter_matches_whole_names_as_filepulse_does() {
+        let csv = parse(&[("file.filter.regex.pattern", r".*\.csv")]).unwrap();
+        assert!(csv.filter.is_match("data.csv"));
+        for other in ["data.csv.tmp", "data.csv.1.gz", "x"] {
+            assert!(!csv.filter.is_match(other), "{other}");
+        }
+        let either = parse(&[("file.filter.regex.pattern", "a|b")]).unwrap();
+        assert!(either.filter.is_match("b") && !either.filter.is_match("ab"), "the whole pattern is anchored");
+        let problems = parse(&[("file.filter.regex.pattern", "")]).err().unwrap();
+        assert_eq!(problems.0, "file.filter.regex.pattern");
     }
 
     #[test]
