@@ -291,3 +291,38 @@ fn a_file_the_worker_may_not_read_is_said_once_and_read_when_it_can_be() {
     until_stored("z.txt's lines, and nothing else", &expected);
     kill(child);
 }
+
+/// `file.filter.regex.pattern` matches whole names, as FilePulse's: `.*[.]csv` takes
+/// `a.csv`, not `a.csv.tmp` being uploaded beside it; a pattern written for a search
+/// (`[.]csv$`, which took every such name before) takes nothing, and the log says why once.
+#[test]
+fn the_filter_matches_whole_names_and_says_so_of_a_pattern_written_for_a_search() {
+    let whole = Run::new(|inbox, done| {
+        pulse_config(inbox, done, "none", &[("tasks.max", "1"), ("file.filter.regex.pattern", ".*[.]csv")])
+    });
+    drop_file(&whole.inbox, "a.csv.tmp", b"partial\n");
+    drop_file(&whole.inbox, "a.csv", b"whole\n");
+    let child = whole.start();
+    wait_until("a.csv", || (whole.values() == ["whole"]).then_some(()));
+    kill(child);
+    assert_eq!(whole.values(), ["whole"], "a.csv.tmp is not streamed");
+
+    let search = Run::new(|inbox, done| {
+        pulse_config(inbox, done, "none", &[("tasks.max", "1"), ("file.filter.regex.pattern", "[.]csv$")])
+    });
+    for name in ["a.csv", "b.csv"] {
+        drop_file(&search.inbox, name, b"line\n");
+    }
+    let log = search.dir.path().join("stderr");
+    let mut command = sluice();
+    command.arg("run").arg("--plugin-path").arg(&search.plugins).arg("--data-dir").arg(&search.data);
+    command.arg(&search.file).stderr(std::fs::File::create(&log).unwrap());
+    let child = Running(command.spawn().unwrap());
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until("the warning", || said().contains("must match a whole file name").then_some(()));
+    kill(child);
+    let text = said();
+    assert_eq!(text.matches("must match a whole file name").count(), 1, "{text}");
+    assert!(text.contains("write '.*[.]csv$' to take such names"), "{text}");
+    assert!(search.values().is_empty());
+}

@@ -23,7 +23,7 @@ use crate::assign::{Assigned, Assignment};
 use crate::cleanup::{claim_name, claimed_from, numbered_name};
 use crate::identity::{Decision, Seen, decide};
 use crate::offset::{End, FileOffset, HEAD_BYTES, OffsetWriter, decimal, head_hash, partition};
-use crate::reader::{LineReader, is_too_long, read_whole};
+use crate::reader::{self, LineReader, is_too_long, read_whole};
 use crate::settings::{Cleanup, Completion, KEYS, ReadMode, Settings};
 
 use sluice_connector::{Batch, Config, ConfigKey, ConfigProblem, ConfigType, Connector, Error, Importance, Task, log};
@@ -342,6 +342,8 @@ struct ConnectorState {
     undecodable_reported: u64,
     /// Symbolic links the log said it cannot follow.
     unfollowed_links: SaidOnce,
+    /// Whether the log said that a name the filter is only found in is not streamed.
+    partial_filter_said: bool,
     /// Folders of a recursive walk the log said it cannot list.
     unlistable: SaidOnce,
     /// Files whose cleanup the log said failed (it is tried again at every listing).
@@ -461,6 +463,20 @@ impl ConnectorState {
                 continue;
             }
             let relative = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
+            if !self.partial_filter_said
+                && matches!(entry.type_, DescriptorType::RegularFile | DescriptorType::SymbolicLink)
+                && !settings.filter.is_match(&name)
+                && let Some(found_in) = settings.filter_found_in.as_ref().filter(|f| f.is_match(&name))
+            {
+                // Said once: a pattern written for a search (`\.log$`) takes nothing now.
+                self.partial_filter_said = true;
+                log::warn(&format!(
+                    "{} is not streamed: file.filter.regex.pattern must match a whole file name, as in FilePulse, and '{}' is only found in it (write '.*{}' to take such names)",
+                    printable(&relative),
+                    found_in.as_str(),
+                    found_in.as_str().trim_start_matches('^')
+                ));
+            }
             match entry.type_ {
                 DescriptorType::Directory if settings.recursive && !self.excluded.contains(&relative) => {
                     walk.dirs.push(relative);
@@ -1784,8 +1800,11 @@ impl TaskFile {
         if stat.size < self.offset.position {
             return Some(format!("it shrank to {} bytes, below the {} read", stat.size, self.offset.position));
         }
+        // Only the bytes of lines sent count: bytes held back past them (zeros of a file
+        // sized before it was filled) may be written over, which is no rewrite.
         let head = open.head.borrow();
-        let changed = !head.is_empty() && open.file.read(head.len() as u64, 0).ok().is_none_or(|(now, _)| now != *head);
+        let sent = &head[..head.len().min(self.offset.position as usize)];
+        let changed = !sent.is_empty() && open.file.read(sent.len() as u64, 0).ok().is_none_or(|(now, _)| now != sent);
         changed.then(|| "it was rewritten in place (truncated and written again)".to_string())
     }
 
@@ -1872,9 +1891,13 @@ impl TaskState {
             // position must be the ones read before, or the `.gz` was replaced under its
             // name (`cp` over it, a new export on the same inode) and is read from its
             // start; read on from the old position, its first lines were lost.
-            if file.offset.position > 0 {
-                let seen = head.borrow().clone();
-                let now = head_hash(&seen[..seen.len().min(file.offset.position as usize).min(HEAD_BYTES)]);
+            // Compared once as many bytes as the head covers were decompressed, or the
+            // whole stream was and is shorter: fewer (a read error part way, the stream
+            // still being written) say nothing of what the file is.
+            let covers = (file.offset.position as usize).min(HEAD_BYTES);
+            let whole_and_shorter = matches!(&opened, Err(e) if e.to_string() == reader::SHORTER_THAN_OFFSET);
+            if file.offset.position > 0 && (head.borrow().len() >= covers || whole_and_shorter) {
+                let now = head_hash(&head.borrow()[..covers.min(head.borrow().len())]);
                 match &file.offset.head {
                     Some(read) if *read != now => {
                         file.restart_version("its first bytes are not the ones read before (replaced)".into());
@@ -2146,14 +2169,23 @@ impl TaskState {
         // there first, as Windows copies and preallocating downloaders make them): when
         // the file changed, they are read again from after its last whole line. Kept, the
         // zeros were sent as its last line and the lines written over them never were.
+        // The reader is made again on the descriptor it reads (not the path, which a rotated
+        // or removed file no longer has), from the last whole line. A too-long line being
+        // skipped is not read again: it would be refused twice.
         if grew
             && !compressed
             && !file.offset.done
-            && let Some(open) = &file.open
-            && open.reader.pending_len() > 0
-            && !open.reader.is_skipping()
+            && file.open.as_ref().is_some_and(|open| open.reader.pending_len() > 0 && !open.reader.is_skipping())
         {
-            file.open = None;
+            let (position, max_line) = (file.offset.position, file.max_line(settings));
+            let open = file.open.as_mut().expect("checked above");
+            let source = Box::new(PositionalFile {
+                file: Rc::clone(&open.file),
+                offset: position,
+                head: Rc::clone(&open.head),
+                end: u64::MAX,
+            });
+            open.reader = LineReader::new(source, position, max_line);
         }
     }
 

@@ -62,6 +62,9 @@ impl<R: Read> Read for TrailingBytesIgnored<R> {
     }
 }
 
+/// Why a whole `.gz` stream could not be read up to the committed position.
+pub const SHORTER_THAN_OFFSET: &str = "file is shorter than its committed offset";
+
 /// A stream that keeps its first [`HEAD_BYTES`] bytes in `head` as they pass.
 struct HeadRecorder<R> {
     inner: R,
@@ -128,7 +131,7 @@ impl LineReader {
         let mut decoder = HeadRecorder { inner: decoder, head, at: 0 };
         let skipped = io::copy(&mut (&mut decoder).take(position), &mut io::sink())?;
         if skipped < position {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file is shorter than its committed offset"));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, SHORTER_THAN_OFFSET));
         }
         Ok(LineReader::new(Box::new(decoder), position, max_line))
     }
@@ -222,6 +225,11 @@ impl LineReader {
                     return Err(self.too_long(false));
                 }
                 self.position += self.pending.len() as u64;
+                // A last line ending in `\r` (a CRLF file cut after it) ends as its lines
+                // do, without it.
+                if self.pending.last() == Some(&b'\r') {
+                    self.pending.pop();
+                }
                 return Ok(Some(self.hand_out()));
             }
             // memchr scans a word at a time (16 bytes with `simd128`), not byte by byte.
@@ -294,6 +302,8 @@ mod tests {
         assert_eq!(lines(text, 5, false, 100).unwrap(), (vec!["two".into(), "three".into()], 14));
         // Tail mode holds the unfinished last line back.
         assert_eq!(lines(text, 0, true, 100).unwrap(), (vec!["one".into(), "two".into()], 9));
+        // A last line cut after its `\r` ends without it, as the CRLF lines before it.
+        assert_eq!(lines(b"x\r\ny\r", 0, false, 100).unwrap(), (vec!["x".into(), "y".into()], 5));
     }
 
     #[test]

@@ -112,6 +112,9 @@ pub struct Settings {
     pub listing_interval_ms: u64,
     pub recursive: bool,
     pub filter: regex_lite::Regex,
+    /// The pattern as typed, found anywhere in a name (how it matched before it matched
+    /// whole names): a name it takes that `filter` leaves out is warned about.
+    pub filter_found_in: Option<regex_lite::Regex>,
     pub minimum_age_ms: u64,
     pub cleanup: Cleanup,
     pub move_success: String,
@@ -201,6 +204,7 @@ impl Settings {
             Ok(filter) => filter,
             Err(problem) => noted(&problems, Err(problem), regex_lite::Regex::new(".*").expect("a valid pattern")),
         };
+        let filter_found_in = regex_lite::Regex::new(&pattern).ok().filter(|_| !pattern.is_empty());
         let cleanup = match get("fs.cleanup.policy").as_str() {
             "none" => Ok(Cleanup::None),
             "delete" => Ok(Cleanup::Delete),
@@ -274,6 +278,7 @@ impl Settings {
         };
         let completion = noted(&problems, completion, Completion::Eof);
         let settings = Settings {
+            filter_found_in,
             topic: required("topic"),
             directory,
             record_max_bytes: match config.get("sandbox.record.max.bytes") {
