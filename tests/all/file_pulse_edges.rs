@@ -1442,3 +1442,31 @@ async fn a_file_sized_before_it_is_filled_is_sent_as_its_lines() {
     wait_until("the file finished", || (offsets_by_path(&host).get("p.dat")?["done"] == true).then_some(())).await;
     assert_eq!(host.values("lines"), lines, "every line once, no zeros");
 }
+
+/// logrotate's `copytruncate` under a writer that does not append (`app > app.log`): it
+/// writes on at its old offset, after a run of zeros as long as the log was (here longer
+/// than a record may be). Its next lines arrive as written, not as one record of zeros
+/// and a line, nor a file failed for a line too long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copytruncate_under_a_writer_that_does_not_append_sends_its_next_lines() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let app = dirs.inbox.path().join("app.log");
+    let mut writer = std::fs::File::create(&app).unwrap();
+    let old: Vec<String> = (0..2_000).map(|i| format!("old-{i}")).collect();
+    writer.write_all(format!("{}\n", old.join("\n")).as_bytes()).unwrap();
+    let config = dirs.config(&[
+        ("file.completion", "tail"),
+        ("file.filter.regex.pattern", r"app\.log"),
+        ("sandbox.record.max.bytes", "4096"),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("the old lines", || (host.values("lines").len() == old.len()).then_some(())).await;
+    std::fs::copy(&app, dirs.inbox.path().join("app.log.1")).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&app).unwrap().set_len(0).unwrap();
+    let new: Vec<String> = (0..300).map(|i| format!("new-{i}")).collect();
+    writer.write_all(format!("{}\n", new.join("\n")).as_bytes()).unwrap();
+    let expected: Vec<String> = old.iter().chain(&new).cloned().collect();
+    wait_until("the new lines", || (host.values("lines").len() >= expected.len()).then_some(())).await;
+    assert_eq!(host.values("lines"), expected);
+}

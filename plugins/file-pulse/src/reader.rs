@@ -100,6 +100,11 @@ pub struct LineReader {
     long: Option<(u64, bool)>,
     /// Skipping a too-long line: its bytes consumed so far (its newline not yet seen).
     skipping: Option<u64>,
+    /// NUL bytes read where a line starts, before any other byte of it: no part of it. A
+    /// hole left by `copytruncate` under a writer that does not append (`app > app.log`
+    /// writes on at its old offset, after a run of zeros as long as the log was), or the
+    /// zeros of a file sized before it was filled, where the lines are still to come.
+    zeros: u64,
 }
 
 impl LineReader {
@@ -114,6 +119,7 @@ impl LineReader {
             max_line,
             long: None,
             skipping: None,
+            zeros: 0,
         }
     }
 
@@ -139,7 +145,7 @@ impl LineReader {
     /// Bytes of an unfinished last line held back (tail mode), or of a too-long one
     /// being skipped.
     pub fn pending_len(&self) -> usize {
-        self.pending.len() + self.skipping.unwrap_or(0) as usize
+        (self.zeros + self.pending.len() as u64 + self.skipping.unwrap_or(0)) as usize
     }
 
     /// After [`TooLong`]: reads on past that line instead of failing the file. True when
@@ -198,7 +204,7 @@ impl LineReader {
     }
 
     fn too_long(&mut self, consumed_newline: bool) -> io::Error {
-        let consumed = self.pending.len() as u64 + u64::from(consumed_newline);
+        let consumed = std::mem::take(&mut self.zeros) + self.pending.len() as u64 + u64::from(consumed_newline);
         self.long = Some((consumed, consumed_newline));
         self.pending.clear();
         io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: self.max_line })
@@ -224,13 +230,21 @@ impl LineReader {
                 if self.pending.len() > self.max_line {
                     return Err(self.too_long(false));
                 }
-                self.position += self.pending.len() as u64;
+                self.position += std::mem::take(&mut self.zeros) + self.pending.len() as u64;
                 // A last line ending in `\r` (a CRLF file cut after it) ends as its lines
                 // do, without it.
                 if self.pending.last() == Some(&b'\r') {
                     self.pending.pop();
                 }
                 return Ok(Some(self.hand_out()));
+            }
+            if self.pending.is_empty() {
+                let zeros = available.iter().take_while(|&&byte| byte == 0).count();
+                if zeros > 0 {
+                    self.source.consume(zeros);
+                    self.zeros += zeros as u64;
+                    continue;
+                }
             }
             // memchr scans a word at a time (16 bytes with `simd128`), not byte by byte.
             let (taken, complete) = match memchr::memchr(b'\n', available) {
@@ -247,7 +261,7 @@ impl LineReader {
                 if content > self.max_line {
                     return Err(self.too_long(true));
                 }
-                self.position += self.pending.len() as u64 + 1;
+                self.position += std::mem::take(&mut self.zeros) + self.pending.len() as u64 + 1;
                 self.pending.truncate(content);
                 return Ok(Some(self.hand_out()));
             }
@@ -377,6 +391,30 @@ mod tests {
         assert!(!reader.skip_long_line());
         assert!(reader.skip_rest(false).unwrap());
         assert_eq!(reader.position, 103);
+    }
+
+    #[test]
+    fn zeros_where_a_line_starts_are_no_part_of_it() {
+        // copytruncate under a writer that does not append: a hole, then its next lines,
+        // the hole longer than a line may be.
+        let mut text = vec![0u8; 50];
+        text.extend_from_slice(b"next\n\0\0after\n");
+        assert_eq!(lines(&text, 0, false, 10).unwrap(), (vec!["next".into(), "after".into()], 63));
+        // Zeros at the end (the rest of a file sized before it was filled) are held, and
+        // never a line: the position stays before them.
+        let text = b"one\n\0\0\0\0";
+        assert_eq!(lines(text, 0, true, 100).unwrap(), (vec!["one".into()], 4));
+        assert_eq!(lines(text, 0, false, 100).unwrap(), (vec!["one".into()], 4));
+        let mut reader = LineReader::new(Box::new(io::Cursor::new(text.to_vec())), 0, 100);
+        reader.next_line(true).unwrap();
+        assert_eq!(reader.next_line(true).unwrap(), None);
+        assert_eq!(reader.pending_len(), 4, "held, so a change reads them again");
+        // A too-long line after zeros is skipped past them too.
+        let mut reader = LineReader::new(Box::new(io::Cursor::new(b"\0\0xxxxxxxxxxxxxxxx\nok\n".to_vec())), 0, 5);
+        assert!(reader.next_line(false).is_err());
+        assert!(!reader.skip_long_line() && reader.skip_rest(false).unwrap());
+        assert_eq!(reader.position, 19, "the zeros and the long line with its newline");
+        assert_eq!(reader.next_line(false).unwrap().unwrap(), (b"ok".as_slice(), 22));
     }
 
     #[test]
