@@ -2096,7 +2096,7 @@ impl TaskState {
             return file
                 .restart_version(format!("it shrank to {} bytes, below the {} read", stat.size, file.offset.position));
         }
-        let seen_all = compressed || stat.size <= file.offset.position + open.reader.pending_len() as u64;
+        let seen_all = compressed || stat.size <= file.offset.position + open.reader.pending_len();
         let grew = stat.size != file.offset.size || mtime_ns(&stat) != file.offset.mtime;
         file.offset.size = stat.size;
         file.offset.mtime = mtime_ns(&stat);

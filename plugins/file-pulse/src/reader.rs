@@ -142,10 +142,11 @@ impl LineReader {
         Ok(LineReader::new(Box::new(decoder), position, max_line))
     }
 
-    /// Bytes of an unfinished last line held back (tail mode), or of a too-long one
-    /// being skipped.
-    pub fn pending_len(&self) -> usize {
-        (self.zeros + self.pending.len() as u64 + self.skipping.unwrap_or(0)) as usize
+    /// Bytes of an unfinished last line held back (tail mode), zeros where a line would
+    /// start, or of a too-long line being skipped. In u64: a run of zeros held (a file
+    /// sized gigabytes before it is filled) may pass what a 32-bit `usize` holds.
+    pub fn pending_len(&self) -> u64 {
+        self.zeros + self.pending.len() as u64 + self.skipping.unwrap_or(0)
     }
 
     /// After [`TooLong`]: reads on past that line instead of failing the file. True when
