@@ -131,7 +131,7 @@ fn new_config(
         (_, Some(_)) => return Err(ApiError::bad_request(format!("name: {}", slash_refused(name)))),
         (_, None) => caller.namespace(name)?,
     };
-    let source = if ns.connector.is_empty() { "connector".to_string() } else { format!("connector {}", ns.connector) };
+    let source = source_of(&ns.connector);
     let mut config = ConnectorConfig::from_map(Some(ns.connector.clone()), values, &source)?;
     if let Some(tenant) = from_config
         && tenant != ns.tenant
@@ -149,6 +149,11 @@ fn new_config(
         config.values.insert(TENANT.into(), ns.tenant.clone());
     }
     Ok((ns, config))
+}
+
+/// What a config's errors are said to be of: `connector NAME` (or `connector`, nameless).
+pub(super) fn source_of(name: &str) -> String {
+    if name.is_empty() { "connector".to_string() } else { format!("connector {name}") }
 }
 
 /// Why a name with a `/` is refused from anyone but the operator (whose `tenant/name`
@@ -242,8 +247,7 @@ async fn every_value_problem(
     values: &Map<String, Value>,
     named_by: NamedBy,
 ) -> Result<(), ApiError> {
-    let source = if name.is_empty() { "connector".to_string() } else { format!("connector {name}") };
-    let mut problems = ConnectorConfig::value_problems(values, &source);
+    let mut problems = ConnectorConfig::value_problems(values, &source_of(name));
     if problems.is_empty() {
         return Ok(());
     }

@@ -167,7 +167,7 @@ pub async fn validate(
     // Values that are not text (nulls, objects, lists) are problems of their own; the rest
     // of the config is checked without them, so its problems are listed too.
     let mut checked = values.clone();
-    for problem in ConnectorConfig::value_problems(&values, &format!("connector {connector_name}")) {
+    for problem in ConnectorConfig::value_problems(&values, &super::connectors::source_of(&connector_name)) {
         let key = problem.key.expect("a value's problem names its key");
         checked.remove(&key);
         problems.push((key, problem.reason));
@@ -179,7 +179,7 @@ pub async fn validate(
     match ConnectorConfig::from_map(
         Some(connector_name.replace('/', "_")),
         &checked,
-        &format!("connector {connector_name}"),
+        &super::connectors::source_of(&connector_name),
     ) {
         Ok(config) => {
             for problem in state.herder.problems(&config).await {

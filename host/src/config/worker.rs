@@ -107,7 +107,12 @@ impl Tenant {
     /// Whether `dir` (canonical) is inside one of the roots. The unlimited `default`
     /// tenant without roots may grant anything.
     pub fn may_grant(&self, dir: &Path) -> bool {
-        (self.name == DEFAULT_TENANT && self.roots.is_empty()) || self.roots.iter().any(|root| dir.starts_with(root))
+        self.is_unlimited_default() || self.roots.iter().any(|root| dir.starts_with(root))
+    }
+
+    /// The built-in `default` tenant as it is unless `sluice.toml` declares it: no roots.
+    pub fn is_unlimited_default(&self) -> bool {
+        self.name == DEFAULT_TENANT && self.roots.is_empty()
     }
 
     pub fn roots_text(&self) -> String {

@@ -72,7 +72,7 @@ impl TenantValidations {
     pub fn new(worker: &WorkerConfig) -> TenantValidations {
         let tenants = worker
             .tenants()
-            .filter(|tenant| !(tenant.name == crate::config::DEFAULT_TENANT && tenant.roots.is_empty()))
+            .filter(|tenant| !tenant.is_unlimited_default())
             .map(|tenant| {
                 (tenant.name.clone(), std::sync::Arc::new(tokio::sync::Semaphore::new(VALIDATIONS_PER_TENANT)))
             })

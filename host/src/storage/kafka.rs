@@ -480,10 +480,6 @@ impl TopicView {
 
     /// Writes every (key, value) and waits until the broker acknowledged each.
     fn write(&self, entries: &[Entry]) -> anyhow::Result<()> {
-        waiting_on_cluster(|| self.write_waiting(entries))
-    }
-
-    fn write_waiting(&self, entries: &[Entry]) -> anyhow::Result<()> {
         self.again_if_fatal(|producer| {
             let mut deliveries = Vec::with_capacity(entries.len());
             for (key, value) in entries {
