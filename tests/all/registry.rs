@@ -193,6 +193,26 @@ async fn the_folder_is_live_added_replaced_half_copied_and_removed_files() {
     assert_eq!(loaded, ["counter"]);
     assert!(!std::sync::Arc::ptr_eq(&first, &registry.get("counter").unwrap()));
 
+    // Replaced by a file of the same size and modification time (`cp -p`, `rsync -a`, an
+    // archive's fixed times): moved in over it, then rewritten in place. Each is a new
+    // file, found by its change time and inode.
+    let file = dir.path().join("counter.wasm");
+    let old_times = std::fs::metadata(&file).unwrap().modified().unwrap();
+    for (how, note) in [("moved in", b'?'), ("rewritten in place", b'.')] {
+        let before = registry.get("counter").unwrap();
+        let mut same_size = changed.clone();
+        *same_size.last_mut().unwrap() = note;
+        let written = if how == "moved in" { dir.path().join("incoming.tmp") } else { file.clone() };
+        std::fs::write(&written, &same_size).unwrap();
+        std::fs::File::options().write(true).open(&written).unwrap().set_modified(old_times).unwrap();
+        if written != file {
+            std::fs::rename(&written, &file).unwrap();
+        }
+        let (loaded, _) = registry.refresh(&runtime).await.unwrap();
+        assert_eq!(loaded, ["counter"], "a file {how} with the same size and modification time was not loaded");
+        assert!(!std::sync::Arc::ptr_eq(&before, &registry.get("counter").unwrap()));
+    }
+
     // A garbage file beside it does not disturb it; a removed file is forgotten.
     std::fs::write(dir.path().join("garbage.wasm"), b"nope").unwrap();
     registry.refresh(&runtime).await.unwrap();
@@ -224,5 +244,36 @@ async fn plugin_files_slow_to_load_do_not_hold_up_one_added_beside_them() {
     assert!(rejected_before_good < 3, "the good plugin waited for all {rejected_before_good} slow files");
     for slow in ["slow1.wasm", "slow2.wasm", "slow3.wasm"] {
         assert_reason(&registry, slow, "version");
+    }
+}
+
+/// The folder's watch looks again while an earlier look is still loading slow files: the
+/// new look passes over them, so a file added after them is loaded without waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_at_the_folder_passes_over_slow_loads_of_an_earlier_look() {
+    let (dir, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let runtime = std::sync::Arc::new(Runtime::new().unwrap());
+    let registry = std::sync::Arc::new(Registry::load(&runtime, dir.path(), cache.path()).await.unwrap());
+    let slow = ["slow1.wasm", "slow2.wasm", "slow3.wasm"];
+    for file in slow {
+        std::fs::copy(plugin_file("slow-version"), dir.path().join(file)).unwrap();
+    }
+    let first_look = {
+        let (registry, runtime) = (registry.clone(), runtime.clone());
+        tokio::spawn(async move { registry.refresh_passing_over_loads_under_way(&runtime).await.unwrap() })
+    };
+    crate::common::wait_until("the slow files' loads under way", || {
+        (registry.loads_under_way().len() == slow.len()).then_some(())
+    })
+    .await;
+    std::fs::copy(plugin_file("counter"), dir.path().join("added-after.wasm")).unwrap();
+    let (loaded, _) = registry.refresh_passing_over_loads_under_way(&runtime).await.unwrap();
+    assert_eq!(loaded, ["added-after"]);
+    assert!(registry.rejected().is_empty(), "the second look waited for the slow loads: {:?}", registry.rejected());
+    assert_eq!(registry.loads_under_way().len(), slow.len(), "the slow loads are still under way");
+    let (_, rejected) = first_look.await.unwrap();
+    assert_eq!(rejected.len(), slow.len());
+    for file in slow {
+        assert_reason(&registry, file, "version");
     }
 }

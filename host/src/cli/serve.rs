@@ -78,22 +78,31 @@ impl ApiServer {
 
 /// Looks at the plugin folder every couple of seconds, so added and replaced files are
 /// compiled and usable without a restart.
+/// Each look runs on its own, passing over the loads of earlier looks still under way: a
+/// plugin slow to load does not hold up a file added after it.
 fn watch_plugin_folder(services: Arc<Services>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(PLUGIN_FOLDER_POLL);
-        let mut last_problem = String::new();
+        let last_problem = Arc::new(std::sync::Mutex::new(String::new()));
+        let mut looks = tokio::task::JoinSet::new();
         loop {
             ticks.tick().await;
-            match services.registry.refresh(&services.runtime).await {
-                Ok(_) => last_problem.clear(),
-                Err(e) => {
-                    let problem = format!("{e:#}");
-                    if problem != last_problem {
-                        tracing::warn!("{problem}");
-                        last_problem = problem;
+            while looks.try_join_next().is_some() {}
+            let (services, last_problem) = (services.clone(), last_problem.clone());
+            looks.spawn(async move {
+                let looked = services.registry.refresh_passing_over_loads_under_way(&services.runtime).await;
+                let mut last_problem = last_problem.lock().unwrap();
+                match looked {
+                    Ok(_) => last_problem.clear(),
+                    Err(e) => {
+                        let problem = format!("{e:#}");
+                        if problem != *last_problem {
+                            tracing::warn!("{problem}");
+                            *last_problem = problem;
+                        }
                     }
                 }
-            }
+            });
         }
     })
 }

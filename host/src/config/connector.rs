@@ -114,8 +114,20 @@ impl ConnectorConfig {
         let Some(name) = name.or_else(|| values.get(NAME).cloned()) else {
             return Err(error(NAME, "missing".into()));
         };
-        if name.is_empty() || name.chars().any(|c| c.is_control() || c == '/') {
+        if name.is_empty() || name.contains('/') {
             return Err(error(NAME, format!("{name:?} is not a valid connector name")));
+        }
+        // A name is shown in logs, statuses and the console: one that breaks a line or
+        // reorders what follows it could pass for another connector.
+        if let Some(c) = name.chars().find(|&c| crate::runtime::plugin_log::needs_escape(c)) {
+            return Err(error(
+                NAME,
+                format!(
+                    "{:?} is not a valid connector name (it has the control or bidirectional character U+{:04X})",
+                    name,
+                    u32::from(c)
+                ),
+            ));
         }
         if name == "." || name == ".." {
             return Err(error(NAME, format!("{name:?} is not a valid connector name (a URL cannot name it)")));
@@ -247,6 +259,20 @@ mod tests {
         assert!(e.to_string().starts_with("c.json: malformed JSON"), "{e}");
         let e = parse(r#"{"name":"a","config":{"connector.class":"x","sandbox.fs.read":"/no/such/dir"}}"#).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("sandbox.fs.read"));
+    }
+
+    #[test]
+    fn a_name_that_would_show_as_another_is_refused() {
+        for (name, said) in [("\u{202E}gnp.exe", "U+202E"), ("a\nb", "U+000A"), ("x\u{2066}y", "U+2066")] {
+            let config = serde_json::json!({"name": name, "config": {"connector.class": "counter"}});
+            let e = parse(&config.to_string()).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some("name"));
+            assert!(e.reason.contains(said) && e.reason.contains("not a valid connector name"), "{e}");
+        }
+        for name in ["日本語", "<b>&amp;", "with space", "émoji 🚀"] {
+            let config = serde_json::json!({"name": name, "config": {"connector.class": "counter"}});
+            assert_eq!(parse(&config.to_string()).unwrap().name, name);
+        }
     }
 
     #[test]

@@ -47,9 +47,14 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
 }
 
 /// Control characters, and those that break or reorder a line where a terminal or viewer
-/// shows it (the line and paragraph separators, the bidirectional overrides and isolates).
-fn needs_escape(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+/// shows it (the line and paragraph separators, the bidirectional marks, embeddings,
+/// overrides and isolates: `\u{202E}gnp.exe` shows as `exe.png`).
+pub fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
 }
 
 /// The same, keeping the characters in `keep` (a host-made multi-line trace keeps `\n`).

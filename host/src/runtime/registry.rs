@@ -97,6 +97,20 @@ pub struct Registry {
     whole_folder: tokio::sync::watch::Sender<bool>,
     /// A lock per file being loaded.
     loading: std::sync::Mutex<BTreeMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    /// Loads by looks at the whole folder, at most [`LOADS_AT_ONCE`] at a time however
+    /// many looks overlap; a connector's load on demand takes none, so it never queues
+    /// behind plugins nobody asked for.
+    folder_loads: tokio::sync::Semaphore,
+}
+
+/// How a look at the folder treats files whose load is under way (started by an earlier
+/// look or a connector's load on demand).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UnderWay {
+    /// Waits for them: the look ends with every file it saw loaded.
+    Wait,
+    /// Passes over them: a slow plugin's load does not hold up a file added after it.
+    PassOver,
 }
 
 /// What the folder held at the last look.
@@ -104,8 +118,31 @@ pub struct Registry {
 struct Folder {
     plugins: BTreeMap<String, Arc<Plugin>>,
     rejected: BTreeMap<PathBuf, Rejected>,
-    /// Size and modification time of each file looked at: unchanged files are not loaded again.
-    seen: BTreeMap<PathBuf, (u64, Option<std::time::SystemTime>)>,
+    /// What each file looked at was on disk: unchanged files are not loaded again.
+    seen: BTreeMap<PathBuf, FileStamp>,
+}
+
+/// A file's size, modification and change times, and inode: a file replaced by one of the
+/// same size and modification time (`cp -p`, `rsync -a`, an archive's fixed times) still
+/// has a new change time or inode, so it is loaded again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+    inode: (u64, u64),
+}
+
+impl FileStamp {
+    fn of(meta: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            len: meta.len(),
+            modified: (meta.mtime(), meta.mtime_nsec()),
+            changed: (meta.ctime(), meta.ctime_nsec()),
+            inode: (meta.dev(), meta.ino()),
+        }
+    }
 }
 
 /// The offsets a plugin sees while it is only being inspected: there is no connector yet.
@@ -177,10 +214,11 @@ impl Registry {
             folder: std::sync::RwLock::new(Folder::default()),
             whole_folder: tokio::sync::watch::Sender::new(false),
             loading: std::sync::Mutex::default(),
+            folder_loads: tokio::sync::Semaphore::new(LOADS_AT_ONCE),
         };
         match only {
             None => drop(registry.refresh(runtime).await?),
-            Some(only) => drop(registry.refresh_matching(runtime, |name| only.contains(name)).await?),
+            Some(only) => drop(registry.refresh_matching(runtime, |name| only.contains(name), None).await?),
         }
         Ok(registry)
     }
@@ -197,7 +235,7 @@ impl Registry {
         if let Some(plugin) = self.get(name) {
             return Some(plugin);
         }
-        if let Err(e) = self.refresh_matching(runtime, |file| file == name).await {
+        if let Err(e) = self.refresh_matching(runtime, |file| file == name, None).await {
             tracing::warn!("{e:#}");
         }
         self.get(name)
@@ -208,9 +246,26 @@ impl Registry {
     /// leaves the version loaded before it in place. Returns the names of the plugins
     /// loaded, and of the files rejected, by this look.
     pub async fn refresh(&self, runtime: &Runtime) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
-        let looked = self.refresh_matching(runtime, |_| true).await;
+        let looked = self.refresh_matching(runtime, |_| true, Some(UnderWay::Wait)).await;
         self.whole_folder.send_replace(true);
         looked
+    }
+
+    /// One look of the folder's watch: [`Registry::refresh`], but passing over files whose
+    /// load is still under way, so that looks may overlap (the watch does not wait for a
+    /// slow plugin before it sees a file added after it).
+    pub async fn refresh_passing_over_loads_under_way(
+        &self,
+        runtime: &Runtime,
+    ) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
+        let looked = self.refresh_matching(runtime, |_| true, Some(UnderWay::PassOver)).await;
+        self.whole_folder.send_replace(true);
+        looked
+    }
+
+    /// The files being loaded now.
+    pub fn loads_under_way(&self) -> Vec<PathBuf> {
+        self.loading.lock().unwrap().keys().cloned().collect()
     }
 
     /// The names of the `*.wasm` files in the folder now, loaded or not.
@@ -228,16 +283,19 @@ impl Registry {
         names
     }
 
-    /// [`Registry::refresh`] of the files whose plugin name `wanted` accepts.
+    /// [`Registry::refresh`] of the files whose plugin name `wanted` accepts. A look at the
+    /// whole folder (`folder_look`) loads within [`Registry::folder_loads`]; one for named
+    /// plugins (`None`) loads them at once and waits for loads under way.
     async fn refresh_matching(
         &self,
         runtime: &Runtime,
         wanted: impl Fn(&str) -> bool,
+        folder_look: Option<UnderWay>,
     ) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
         // `*.wasm` entries that are not files to load (a directory, a link to nothing) are
         // rejected with the reason, as a bad file is, rather than passed over in silence.
         let mut not_files: Vec<Rejected> = Vec::new();
-        let mut files: Vec<(PathBuf, (u64, Option<std::time::SystemTime>))> = std::fs::read_dir(&self.dir)
+        let mut files: Vec<(PathBuf, FileStamp)> = std::fs::read_dir(&self.dir)
             .with_context(|| format!("cannot read plugin folder {}", self.dir.display()))?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
             .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
@@ -245,9 +303,9 @@ impl Registry {
                 let reason = match std::fs::metadata(&path) {
                     // A plugin is named by its file's name, which configs must be able to say.
                     Ok(meta) if meta.is_file() && plugin_name(&path).is_none() => {
-                        "its name is not valid UTF-8 or has a control character: rename it (a plugin is named by its file name)".to_string()
+                        "its name is not valid UTF-8 or has a control or bidirectional character: rename it (a plugin is named by its file name)".to_string()
                     }
-                    Ok(meta) if meta.is_file() => return Some((path, (meta.len(), meta.modified().ok()))),
+                    Ok(meta) if meta.is_file() => return Some((path, FileStamp::of(&meta))),
                     Ok(meta) if meta.is_dir() => "a directory, not a component file".to_string(),
                     Ok(_) => "not a regular file".to_string(),
                     Err(e) => format!("cannot be read: {e} (a link to a missing file?)"),
@@ -256,7 +314,7 @@ impl Registry {
                 None
             })
             .collect();
-        files.sort();
+        files.sort_by(|a, b| a.0.cmp(&b.0));
         let changed: Vec<PathBuf> = {
             let mut folder = self.folder.write().unwrap();
             let present: std::collections::BTreeSet<&PathBuf> = files.iter().map(|(path, _)| path).collect();
@@ -274,17 +332,20 @@ impl Registry {
                     folder.plugins.remove(&name);
                 }
             }
+            let under_way = self.loading.lock().unwrap();
             files
                 .iter()
                 .filter(|(path, stamp)| folder.seen.get(path) != Some(stamp))
                 .filter(|(path, _)| plugin_name(path).is_some_and(|name| wanted(&name)))
+                .filter(|(path, _)| folder_look != Some(UnderWay::PassOver) || !under_way.contains_key(path))
                 .map(|(p, _)| p.clone())
                 .collect()
         };
+        let permits = folder_look.map(|_| &self.folder_loads);
         // Several at once: a file whose plugin is slow to load (a `version` that sleeps to
         // its deadline) holds up only its own slot, not every file after it.
         let outcomes: Vec<Option<Result<String, PathBuf>>> = futures_util::stream::iter(changed)
-            .map(|file| self.load_file(runtime, file))
+            .map(|file| self.load_file(runtime, file, permits))
             .buffer_unordered(LOADS_AT_ONCE)
             .collect()
             .await;
@@ -301,14 +362,25 @@ impl Registry {
     /// Loads one plugin file and files it among the plugins or the rejected: its plugin's
     /// name, or the file when rejected; `None` when there was nothing to do (removed, or
     /// loaded as it is now by another look meanwhile).
-    async fn load_file(&self, runtime: &Runtime, file: PathBuf) -> Option<Result<String, PathBuf>> {
+    async fn load_file(
+        &self,
+        runtime: &Runtime,
+        file: PathBuf,
+        permits: Option<&tokio::sync::Semaphore>,
+    ) -> Option<Result<String, PathBuf>> {
+        // The permit before the file's lock: a connector's load on demand then waits for
+        // no permit, only for a load of its own file that is running.
+        let _permit = match permits {
+            Some(permits) => Some(permits.acquire().await.ok()?),
+            None => None,
+        };
         // One load of a file at a time: the background look and a connector's load on
         // demand do not both compile it, and the one that waited finds it done.
         let lock = self.loading.lock().unwrap().entry(file.clone()).or_default().clone();
         let guard = lock.clone().lock_owned().await;
         let _turn = LoadTurn { loading: &self.loading, file: file.clone(), lock, guard: Some(guard) };
         let meta = std::fs::metadata(&file).ok()?; // removed meanwhile
-        let stamp = (meta.len(), meta.modified().ok());
+        let stamp = FileStamp::of(&meta);
         if self.folder.read().unwrap().seen.get(&file) == Some(&stamp) {
             return None; // loaded as it is now while this look waited
         }
@@ -394,11 +466,14 @@ fn read_bounded(file: &Path) -> Result<Vec<u8>, String> {
 /// The name a plugin file gives its plugin: none when configs, URLs and log lines could
 /// not say it (not UTF-8, or a control character such as a newline in it).
 fn plugin_name(file: &Path) -> Option<String> {
-    file.file_stem().and_then(|s| s.to_str()).filter(|name| !name.chars().any(char::is_control)).map(String::from)
+    file.file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|name| !name.chars().any(crate::runtime::plugin_log::needs_escape))
+        .map(String::from)
 }
 
 async fn load_plugin(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result<Plugin, String> {
-    let name = plugin_name(file).ok_or("its name is not valid UTF-8 or has a control character")?;
+    let name = plugin_name(file).ok_or("its name is not valid UTF-8 or has a control or bidirectional character")?;
     let started = Instant::now();
     let stat = std::fs::metadata(file).ok().map(|meta| (stat_key(file, &meta), settled(&meta)));
     let indexed = stat.as_ref().and_then(|(key, _)| std::fs::read_to_string(index_path(cache_dir, key)).ok());

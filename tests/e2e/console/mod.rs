@@ -277,6 +277,24 @@ fn progress_failures_and_hostile_names_render_as_text() {
     let rejected = browser.wait_text("#rejected tbody", "the rejected file", |t| t.contains("half-copied.wasm"));
     assert!(rejected.lines().count() >= 2, "the reason is shown beside the file: {rejected}");
     browser.screenshot(&screenshot_path("plugins"));
+
+    // A plugin file replaced by one of the same version with another key's documentation:
+    // the page shows the new keys, though the list of plugins did not change.
+    let counter = std::fs::read(plugins.join("counter.wasm")).unwrap();
+    let (old_doc, new_doc): (&[u8], &[u8]) = (b"Destination topic.", b"DESTINATION TOPIC!");
+    let at = counter.windows(old_doc.len()).position(|w| w == old_doc).expect("the counter's topic documentation");
+    let mut replaced = counter.clone();
+    replaced[at..at + new_doc.len()].copy_from_slice(new_doc);
+    std::fs::write(dir.path().join("counter.wasm.part"), &replaced).unwrap();
+    std::fs::rename(dir.path().join("counter.wasm.part"), plugins.join("counter.wasm")).unwrap();
+    wait_until("the replaced plugin's keys on the page", || {
+        let keys = browser.script(
+            "const t = document.querySelector(\"#plugins tr[data-plugin='counter'] table.keys\"); \
+             return t ? t.textContent : ''",
+            json!([]),
+        );
+        keys.as_str().is_some_and(|t| t.contains("DESTINATION TOPIC!")).then_some(())
+    });
     browser.click("#nav-connectors");
 
     // file-pulse's committed offset shows how far each file has come.

@@ -796,10 +796,12 @@ function pluginsView() {
     },
     async refresh() {
       const [plugins, rejected] = await Promise.all([api('GET', '/connector-plugins'), api('GET', '/sluice/rejected-plugins')]);
-      const text = json([plugins, rejected]);
+      // The keys are part of what is compared: a plugin file replaced by one of the same
+      // version may declare other keys, and the list alone would not show the change.
+      const keys = await Promise.all(plugins.map((p) => api('GET', '/connector-plugins/' + encodeURIComponent(p.class) + '/config').catch(() => [])));
+      const text = json([plugins, rejected, keys]);
       if (text === last) return;
       last = text;
-      const keys = await Promise.all(plugins.map((p) => api('GET', '/connector-plugins/' + encodeURIComponent(p.class) + '/config').catch(() => [])));
       clear(pluginBody);
       plugins.forEach((plugin, i) => {
         const own = keys[i].filter((k) => k.group !== 'Common');
