@@ -548,6 +548,153 @@ async fn a_broker_outage_loses_nothing_and_the_task_recovers_by_itself() {
     host.herder.shutdown().await;
 }
 
+/// The values testkit's task 0 wrote to `numbers`, each as its sequence number, sorted
+/// (duplicates kept).
+fn testkit_seqs(bootstrap: &str, at_least: usize) -> Vec<u64> {
+    let mut seqs: Vec<u64> = read_topic(bootstrap, "numbers", at_least)
+        .iter()
+        .map(|(_, _, v, _)| String::from_utf8_lossy(v.as_deref().unwrap())[2..].parse().unwrap())
+        .collect();
+    seqs.sort();
+    seqs
+}
+
+fn committed_testkit_seq(host: &TestHost, connector: &str) -> Option<u64> {
+    let ns = Namespace::new(DEFAULT_TENANT, connector);
+    let offset = host.herder.services().stores.offsets().offsets(&ns, &[r#"{"task":"0"}"#.into()]).ok()?.pop()??;
+    serde_json::from_str::<serde_json::Value>(&offset).ok()?["seq"].as_u64()
+}
+
+/// testkit's task 0, 30 records in batches of 10 to `numbers` (offsets in SQLite), the
+/// 16th (seq 15) larger than Kafka takes.
+fn one_record_too_large(name: &str, more: &[(&str, &str)]) -> sluice::config::ConnectorConfig {
+    let mut pairs = vec![
+        ("topic", "numbers"),
+        ("destination", "kafka"),
+        ("record.count", "30"),
+        ("batch.size", "10"),
+        ("records.per.second", "1000"),
+        ("poll.oversize.at", "15"),
+        ("oversize.bytes", "1040000"),
+    ];
+    pairs.extend_from_slice(more);
+    connector(name, "testkit", &pairs)
+}
+
+/// A record Kafka refuses for good fails the task naming the record, and the records of
+/// its batch Kafka took before it keep their offsets (Connect commits an acknowledged
+/// prefix): a restart fails on it again without sending them a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_records_kafka_took_before_one_it_refuses_are_committed_and_not_sent_again() {
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let host = TestHost::with_tenants(&["testkit"], &worker_toml(&bootstrap, false)).await;
+    host.start(one_record_too_large("big", &[])).await;
+    let task = host.wait_task("big", 0, State::Failed).await;
+    let trace = task.trace.unwrap_or_default();
+    assert!(
+        trace.contains(r#"the record of source partition {"task":"0"} at offset {"seq":15}"#)
+            && trace.contains("larger than Kafka takes")
+            && trace.contains("sandbox.record.max.bytes"),
+        "{trace}"
+    );
+    assert_eq!(committed_testkit_seq(&host, "big"), Some(14), "the batch's records before the refused one");
+    let ns = Namespace::new(DEFAULT_TENANT, "big");
+    let mut instance = task.instance;
+    for _ in 0..2 {
+        host.herder.restart_task(&ns, 0).await.unwrap();
+        instance = wait_until("the task failing again", || {
+            let task = host.status("big")?.tasks.into_iter().next()?;
+            (task.state == State::Failed && task.instance != instance).then_some(task.instance)
+        })
+        .await;
+    }
+    assert_eq!(committed_testkit_seq(&host, "big"), Some(14));
+    assert_eq!(testkit_seqs(&bootstrap, 15), (0..15).collect::<Vec<u64>>(), "each record before it once");
+    host.herder.shutdown().await;
+}
+
+/// Under `errors.tolerance=all` a record Kafka refuses for good is skipped and counted,
+/// as Connect does since KIP-779; every other record is delivered once and committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_tolerance_all_skips_a_record_kafka_refuses() {
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let host = TestHost::with_tenants(&["testkit"], &worker_toml(&bootstrap, false)).await;
+    host.start(one_record_too_large("tolerant", &[("errors.tolerance", "all"), ("errors.log.enable", "true")])).await;
+    wait_until("every record committed", || (committed_testkit_seq(&host, "tolerant")? == 29).then_some(())).await;
+    let task = host.status("tolerant").unwrap().tasks.remove(0);
+    assert_eq!((task.state, task.records_refused), (State::Running, 1), "{task:?}");
+    let expected: Vec<u64> = (0..30).filter(|&seq| seq != 15).collect();
+    assert_eq!(testkit_seqs(&bootstrap, 29), expected);
+    host.herder.shutdown().await;
+}
+
+/// Kafka took a batch but its offsets could not be committed (another process holds the
+/// data directory's database past its busy timeout; a full disk fails the same way): the
+/// commit alone is tried again, and nothing is sent twice (each try sent the batch again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_offset_commit_is_tried_again_without_sending_the_batch_again() {
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let host = TestHost::with_tenants(&["testkit"], &worker_toml(&bootstrap, false)).await;
+    let config =
+        [("topic", "numbers"), ("destination", "kafka"), ("record.count", "400"), ("records.per.second", "100")];
+    host.start(connector("held", "testkit", &config)).await;
+    wait_until("some records committed", || committed_testkit_seq(&host, "held").filter(|&seq| seq >= 20)).await;
+    let database = rusqlite::Connection::open(host.data.path().join("sluice.db")).unwrap();
+    database.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let trace = wait_until("the task saying its commit failed", || {
+        host.status("held")?.tasks[0].trace.clone().filter(|t| t.contains("offsets were not committed"))
+    })
+    .await;
+    assert!(trace.contains("retrying"), "{trace}");
+    database.execute_batch("ROLLBACK").unwrap();
+    wait_until("every record committed", || (committed_testkit_seq(&host, "held")? == 399).then_some(())).await;
+    assert_eq!(testkit_seqs(&bootstrap, 400), (0..400).collect::<Vec<u64>>(), "each record once");
+    host.herder.shutdown().await;
+}
+
+/// A task restarted while the broker is away gives its batch up at the stop deadline, but
+/// the shared producer still holds those records and sends them once the broker is back.
+/// The task's next instance waits for them to be answered, and their offsets committed,
+/// before it starts: nothing is sent twice (file-pulse restarts a task it finds stalled
+/// after 30 s, which a broker outage longer than that made one duplicate batch per task).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_restarted_while_the_broker_is_away_sends_nothing_twice() {
+    let cluster = mock_cluster();
+    let bootstrap = cluster.bootstrap_servers();
+    let host = TestHost::with_tenants(&["testkit"], &worker_toml(&bootstrap, false)).await;
+    let config = [
+        ("topic", "numbers"),
+        ("destination", "kafka"),
+        ("record.count", "1000"),
+        ("records.per.second", "200"),
+        ("batch.size", "50"),
+        ("sandbox.call.timeout.ms", "2000"),
+    ];
+    host.start(connector("away", "testkit", &config)).await;
+    wait_until("some records committed", || committed_testkit_seq(&host, "away").filter(|&seq| seq >= 100)).await;
+    cluster.broker_down(1).unwrap();
+    wait_until("the task saying it is waiting for Kafka", || {
+        host.status("away")?.tasks[0].trace.clone().filter(|t| t.contains("delivery waiting"))
+    })
+    .await;
+    host.herder.restart_task(&Namespace::new(DEFAULT_TENANT, "away"), 0).await.unwrap();
+    let trace = wait_until("the next instance waiting for the batch given up on", || {
+        host.status("away")?.tasks[0].trace.clone().filter(|t| t.contains("previous instance gave up on"))
+    })
+    .await;
+    cluster.broker_up(1).unwrap();
+    wait_until("every record committed", || (committed_testkit_seq(&host, "away")? == 999).then_some(())).await;
+    let seqs = testkit_seqs(&bootstrap, 1000);
+    let mut twice = seqs.clone();
+    twice.dedup();
+    assert_eq!(seqs.len() - twice.len(), 0, "records sent twice (the status said: {trace})");
+    assert_eq!(twice, (0..1000).collect::<Vec<u64>>(), "nothing lost");
+    host.herder.shutdown().await;
+}
+
 /// A cluster that cannot be reached (here: nothing listens at `bootstrap.servers`): the
 /// waiting task says why, in librdkafka's words, not only how long it has waited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

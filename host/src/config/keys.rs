@@ -220,7 +220,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: ERRORS_TOLERANCE,
         type_: KeyType::String,
         default: KeyDefault::Value("none"),
-        documentation: "`none` fails the task on a record the host refuses (too large, bad partition, offset or topic); `all` skips it, commits its offset in order, and counts it in the task status",
+        documentation: "`none` fails the task on a record the host refuses (too large, bad partition, offset, topic or timestamp) or Kafka refuses for good (larger than its `message.max.bytes`); `all` skips it, commits its offset in order, and counts it in the task status",
     },
     HostKey {
         name: ERRORS_DEAD_LETTER_TOPIC,

@@ -444,6 +444,12 @@ fn check_record(
     let Some(topic_index) = record.topic else {
         return Ok(());
     };
+    if let Some(timestamp) = record.timestamp.filter(|&t| t < 0) {
+        return Err(format!(
+            "timestamp is {timestamp}: a record's timestamp is milliseconds since 1970 and cannot be negative (Kafka refuses it; leave it out for the time of the poll)"
+        )
+        .into());
+    }
     let topic_text = match shared.topics.get(topic_index as usize) {
         Some((_, Ok(topic))) => topic,
         Some((_, Err(reason))) => return Err(reason.clone().into()),
@@ -639,6 +645,25 @@ mod tests {
             error.contains("poll batch of 200 records") && error.contains("exceeds sandbox.batch.max.bytes"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_negative_timestamp_is_refused_with_the_record_named() {
+        let source = Source { connector: "c", task: 0 };
+        let mut records =
+            vec![source_record(r#"{"p":1}"#, r#"{"n":1}"#, 1), source_record(r#"{"p":1}"#, r#"{"n":2}"#, 1)];
+        records[0].timestamp = Some(0);
+        records[1].timestamp = Some(i64::MIN);
+        let error = check_batch(
+            PollBatch::from_records(records),
+            &SandboxSettings::default(),
+            &ErrorHandling::default(),
+            &Transforms::default(),
+            0,
+            &source,
+        )
+        .unwrap_err();
+        assert!(error.contains("record 1 of the poll batch refused: timestamp is -9223372036854775808"), "{error}");
     }
 
     #[test]

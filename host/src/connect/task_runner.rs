@@ -18,7 +18,7 @@ use super::metrics::TaskCounters;
 use super::records::{Checked, RefusalLog, Source, check_batch};
 use super::services::{Services, StopSignal, stopped, unless_stopped, wake_after};
 use crate::config::{ConnectorSettings, RestartPolicy, SandboxSettings};
-use crate::destinations::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery};
+use crate::destinations::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery, Skipped};
 use crate::runtime::bindings::{ConnectorError, PollBatch};
 use crate::runtime::sandbox::{CallError, describe_connector_error, human_bytes, retriable_log_text};
 use crate::runtime::{Pairs, Plugin, PluginInstance};
@@ -55,7 +55,9 @@ enum Outcome {
         instance: u64,
     },
     /// Memory grew past `sandbox.memory.recycle.percent`: start a fresh instance.
-    Recycled,
+    Recycled {
+        instance: u64,
+    },
     Failed {
         trace: String,
         instance: u64,
@@ -80,13 +82,24 @@ const ANSWER_GRACE: Duration = Duration::from_millis(100);
 const DELIVERY_RETRY_BACKOFF: RestartPolicy =
     RestartPolicy { enabled: true, initial_backoff: Duration::from_secs(1), max_backoff: Duration::from_secs(30) };
 
+/// A sandbox recycled within this of its start counts towards [`QUICK_RECYCLES_BEFORE_BACKOFF`].
+const QUICK_RECYCLE: Duration = Duration::from_secs(10);
+/// Quick recycles in a row after which the next sandboxes wait [`QUICK_RECYCLE_BACKOFF`].
+const QUICK_RECYCLES_BEFORE_BACKOFF: u32 = 3;
+/// Waits before the sandbox after a quick recycle (1 s doubling to 60 s).
+const QUICK_RECYCLE_BACKOFF: RestartPolicy =
+    RestartPolicy { enabled: true, initial_backoff: Duration::from_secs(1), max_backoff: Duration::from_secs(60) };
+
 /// Runs the task until a stop is requested; it is stopped by the stop's deadline.
 pub async fn run_task(spec: TaskSpec, mut stop: StopSignal) {
     let board = spec.services.board.clone();
     let counters = spec.metrics.task(spec.task);
     let mut attempt = 0u32;
+    // Recycles in a row of sandboxes that lived less than QUICK_RECYCLE.
+    let mut quick_recycles = 0u32;
     loop {
         TaskCounters::add(&counters.starts, 1);
+        let started = Instant::now();
         let outcome = run_instance(&spec, &mut stop, attempt > 0).await;
         counters.busy.store(false, Ordering::Relaxed);
         match outcome {
@@ -97,7 +110,28 @@ pub async fn run_task(spec: TaskSpec, mut stop: StopSignal) {
                 stopped(&mut stop).await;
                 return;
             }
-            Outcome::Recycled => {}
+            Outcome::Recycled { instance } => {
+                quick_recycles = if started.elapsed() < QUICK_RECYCLE { quick_recycles.saturating_add(1) } else { 0 };
+                // A plugin whose memory fills its sandbox within seconds, every time (it
+                // keeps what each poll allocates): fresh sandboxes at once would be made
+                // many times a second, for good. They come after a growing wait instead,
+                // said in the status.
+                if quick_recycles >= QUICK_RECYCLES_BEFORE_BACKOFF {
+                    let delay = QUICK_RECYCLE_BACKOFF.backoff(quick_recycles - QUICK_RECYCLES_BEFORE_BACKOFF);
+                    let trace = format!(
+                        "the task's sandbox was recycled {quick_recycles} times in a row, each within {} s of its start: \
+                         its memory grows to sandbox.memory.recycle.percent of its cap (sandbox.memory.max.bytes) \
+                         that fast; the next sandbox starts in {delay:?}",
+                        QUICK_RECYCLE.as_secs()
+                    );
+                    tracing::warn!(connector = %spec.namespace.connector, task = spec.task, "{trace}");
+                    board.set_task(&spec.namespace, spec.task, State::Restarting, Some(trace), instance);
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = stopped(&mut stop) => return,
+                    }
+                }
+            }
             Outcome::Failed { trace, instance } => {
                 TaskCounters::add(&counters.failures, 1);
                 board.set_task(&spec.namespace, spec.task, State::Failed, Some(trace), instance);
@@ -130,6 +164,11 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     let id = instance.id;
     // Exactly-once gives each instance a producer of its own, whose start fences the
     // task's previous instance.
+    if spec.destination.settling_given_up_batch(&spec.namespace, spec.task) {
+        let trace = "waiting for the destination to answer for the batch the task's previous instance gave up on \
+                     (what it takes is committed, so the task does not send it again; message.timeout.ms at most)";
+        board.set_task(&spec.namespace, spec.task, State::Restarting, Some(trace.into()), id);
+    }
     let destination = {
         let (shared, namespace, task) = (spec.destination.clone(), spec.namespace.clone(), spec.task);
         match tokio::task::spawn_blocking(move || shared.for_task(&namespace, task).map(|own| own.unwrap_or(shared)))
@@ -351,7 +390,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
             );
             let deadline = Instant::now() + spec.settings.sandbox.timeouts.lifecycle;
             return match stop_instance(&mut instance, &destination, spec, id, deadline, true).await {
-                Outcome::Stopped => Outcome::Recycled,
+                Outcome::Stopped => Outcome::Recycled { instance: id },
                 failed => failed,
             };
         }
@@ -497,8 +536,16 @@ fn check_records(
 /// settles, with nothing of it delivered (it halts the lane, so nothing queued after it is
 /// written either, and the poll after it is dropped undelivered).
 enum Outgoing {
-    Checked { records: RecordBatch, offsets: Vec<(String, String)> },
+    Checked {
+        records: RecordBatch,
+        offsets: Vec<(String, String)>,
+    },
     Unchecked(PollBatch),
+    /// Written by an earlier try whose offsets' commit failed: only the commit is tried.
+    Written {
+        records: RecordBatch,
+        offsets: Vec<(String, String)>,
+    },
 }
 
 /// How the delivery of one batch ended.
@@ -609,11 +656,13 @@ enum Attempt {
         commits: bool,
         took: Duration,
     },
-    /// The destination is away for now: the batch, kept for another try.
+    /// The destination is away for now: the batch, kept for another try (of its offsets'
+    /// commit alone when it was `written`).
     Retry {
         error: anyhow::Error,
         records: RecordBatch,
         offsets: Vec<(String, String)>,
+        written: bool,
     },
     /// The checks refused a record (named in the trace).
     Refused(String),
@@ -636,33 +685,47 @@ fn delivery_work(
     let active_topics = spec.services.topics.clone();
     move || {
         let started = Instant::now();
-        let (records, offsets) = match outgoing {
-            Outgoing::Checked { records, offsets } => (records, offsets),
+        let (records, offsets, written) = match outgoing {
+            Outgoing::Checked { records, offsets } => (records, offsets, false),
+            Outgoing::Written { records, offsets } => (records, offsets, true),
             Outgoing::Unchecked(batch) => {
                 match check_records(batch, &settings, &namespace.connector, task, &refusal_log) {
                     Ok(Checked { records, offsets, refused, .. }) => {
                         if refused > 0 {
                             statuses.add_refused(&namespace, task, refused);
                         }
-                        (records, offsets)
+                        (records, offsets, false)
                     }
                     Err(trace) => return (Attempt::Refused(trace), false),
                 }
             }
         };
         let write_started = Instant::now();
-        let result = destination.deliver(&namespace, &records, &offsets, &gate);
+        let result = match written {
+            true => destination.commit_written(&namespace, &offsets, &gate).map(|()| Skipped::default()),
+            false => destination.deliver(&namespace, &records, &offsets, &gate),
+        };
         CheckPlacement::wrote(&writes, write_started.elapsed());
         match result {
             // The records are dropped here rather than on the task's thread (a reference
             // count per key, value, offset and header).
-            Ok(()) => {
+            Ok(Skipped(skipped)) => {
+                if !skipped.is_empty() {
+                    statuses.add_refused(&namespace, task, skipped.len() as u64);
+                    if settings.errors.log {
+                        let source = Source { connector: &namespace.connector, task };
+                        refusal_log.lock().unwrap().log(&source, &skipped, skipped.len() as u64);
+                    }
+                }
                 active_topics.delivered(&namespace, task, &records);
-                let (count, commits) = (records.len() as u64, !offsets.is_empty());
+                let (count, commits) = ((records.len() - skipped.len()) as u64, !offsets.is_empty());
                 drop(records);
                 (Attempt::Delivered { count, commits, took: started.elapsed() }, true)
             }
-            Err(error) if RetriableDelivery::is(&error) => (Attempt::Retry { error, records, offsets }, false),
+            Err(error) if RetriableDelivery::is(&error) => {
+                let written = RetriableDelivery::is_written(&error);
+                (Attempt::Retry { error, records, offsets, written }, false)
+            }
             Err(error) => (Attempt::Failed(error), false),
         }
     }
@@ -759,7 +822,7 @@ async fn settle_delivery(
         };
         noted |= waited > 0;
         match attempt {
-            Ok(Attempt::Retry { error, records, offsets }) => {
+            Ok(Attempt::Retry { error, records, offsets, written }) => {
                 // The destination is away for now (a broker outage): keep the batch,
                 // say so in the status, and try again before anything queued after it.
                 let delay = DELIVERY_RETRY_BACKOFF.backoff(retries);
@@ -772,7 +835,10 @@ async fn settle_delivery(
                 board.set_task(&spec.namespace, spec.task, State::Running, Some(trace), id);
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {
-                        let outgoing = Outgoing::Checked { records, offsets };
+                        let outgoing = match written {
+                            true => Outgoing::Written { records, offsets },
+                            false => Outgoing::Checked { records, offsets },
+                        };
                         handed_over = lane.retry_first(delivery_work(spec, destination.clone(), outgoing, gate.clone(), writes.clone()));
                     }
                     // Nothing of the batch is committed: it is polled again on restart.

@@ -37,7 +37,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
-use super::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery};
+use super::{CommitGate, DeliveryAbandoned, Destination, RetriableDelivery, Skipped};
 use crate::config::TransactionBoundary;
 use crate::config::{DEFAULT_TENANT, KafkaConfig, KafkaSettings};
 use crate::storage::kafka::{
@@ -67,6 +67,8 @@ pub struct KafkaDestination {
     offsets: Arc<dyn OffsetStore>,
     settings: KafkaSettings,
     topics: Arc<TopicMaker>,
+    /// `errors.tolerance=all`: a record Kafka refuses for good is skipped (KIP-779).
+    tolerate_refused: bool,
 }
 
 impl KafkaDestination {
@@ -79,6 +81,7 @@ impl KafkaDestination {
         overrides: &BTreeMap<String, String>,
         offsets: Arc<dyn OffsetStore>,
         exactly_once: Option<Arc<KafkaBackend>>,
+        tolerate_refused: bool,
     ) -> anyhow::Result<KafkaDestination> {
         let mut config = client_config(
             kafka,
@@ -114,12 +117,19 @@ impl KafkaDestination {
             offsets,
             settings: settings.clone(),
             topics,
+            tolerate_refused,
         })
     }
 
-    fn at_least_once(&self) -> anyhow::Result<AtLeastOnceTask> {
+    fn at_least_once(&self, task: u32) -> anyhow::Result<AtLeastOnceTask> {
         let producer = self.producer.clone().context("exactly-once delivers through each task's producer")?;
-        Ok(AtLeastOnceTask { producer, topics: self.topics.clone(), offsets: self.offsets.clone() })
+        Ok(AtLeastOnceTask {
+            task,
+            producer,
+            topics: self.topics.clone(),
+            offsets: self.offsets.clone(),
+            tolerate_refused: self.tolerate_refused,
+        })
     }
 }
 
@@ -208,8 +218,27 @@ fn send_all(
     topics: &[String],
     gate: &CommitGate,
 ) -> Result<Vec<DeliveryFuture>, (KafkaError, String)> {
-    let mut deliveries = Vec::with_capacity(records.len());
-    for (record, topic) in records.iter().zip(topics) {
+    let all: Vec<usize> = (0..records.len()).collect();
+    match send_some(producer, records, topics, &all, gate) {
+        (deliveries, None) => Ok(deliveries),
+        (_, Some((e, topic, _))) => Err((e, topic)),
+    }
+}
+
+/// Sends the records at `indices`, in order: the delivery futures of those sent, and when
+/// a send failed, why and at which position of `indices` (the records after it are not
+/// sent; those before it were, and are reported through their futures).
+type SendFailure = (KafkaError, String, usize);
+fn send_some(
+    producer: &FutureProducer<KafkaLog>,
+    records: &RecordBatch,
+    topics: &[String],
+    indices: &[usize],
+    gate: &CommitGate,
+) -> (Vec<DeliveryFuture>, Option<SendFailure>) {
+    let mut deliveries = Vec::with_capacity(indices.len());
+    for (position, &index) in indices.iter().enumerate() {
+        let (record, topic) = (records.get(index).expect("an index of the batch"), &topics[index]);
         let mut headers = OwnedHeaders::new_with_capacity(record.headers().len());
         for (key, value) in record.headers() {
             headers = headers.insert(Header { key, value: Some(value) });
@@ -221,9 +250,12 @@ fn send_all(
         if let Some(value) = record.value {
             message = message.payload(value);
         }
-        deliveries.push(send_one(producer, message, gate)?);
+        match send_one(producer, message, gate) {
+            Ok(delivery) => deliveries.push(delivery),
+            Err((e, topic)) => return (deliveries, Some((e, topic, position))),
+        }
     }
-    Ok(deliveries)
+    (deliveries, None)
 }
 
 /// Sends one record. A full local queue waits for room (the broker is slower than the
@@ -254,8 +286,18 @@ impl Destination for KafkaDestination {
     fn for_task(&self, ns: &Namespace, task: u32) -> anyhow::Result<Option<Arc<dyn Destination>>> {
         Ok(Some(match &self.exactly_once {
             Some(backend) => Arc::new(TransactionalTask::start(self, backend.clone(), ns, task)?),
-            None => Arc::new(self.at_least_once()?),
+            None => {
+                // The task's previous instance may have given a batch up that Kafka may
+                // still take: this one starts once it has settled.
+                self.topics.clients.wait_for_settled(ns, task);
+                Arc::new(self.at_least_once(task)?)
+            }
         }))
+    }
+
+    fn settling_given_up_batch(&self, ns: &Namespace, task: u32) -> bool {
+        let key = (ns.tenant.clone(), ns.connector.clone(), task);
+        self.exactly_once.is_none() && self.topics.clients.under_way.lock().unwrap().contains_key(&key)
     }
 
     fn retire_tasks(&self, ns: &Namespace, tasks: std::ops::Range<u32>) -> anyhow::Result<()> {
@@ -284,8 +326,12 @@ impl Destination for KafkaDestination {
         records: &RecordBatch,
         offsets: &[(String, String)],
         gate: &CommitGate,
-    ) -> anyhow::Result<()> {
-        self.at_least_once()?.deliver(ns, records, offsets, gate)
+    ) -> anyhow::Result<Skipped> {
+        self.at_least_once(u32::MAX)?.deliver(ns, records, offsets, gate)
+    }
+
+    fn commit_written(&self, ns: &Namespace, offsets: &[(String, String)], gate: &CommitGate) -> anyhow::Result<()> {
+        super::commit_written_offsets(&*self.offsets, ns, offsets, gate)
     }
 }
 
@@ -298,9 +344,11 @@ const RESEND_FOR: Duration = Duration::from_secs(300);
 /// most one batch per task again. (Keeping many batches in flight measured 1.1x a bare
 /// producer instead of 0.75x on nisshi, but would re-send all of them; see docs/kafka.md.)
 struct AtLeastOnceTask {
+    task: u32,
     producer: Arc<SharedProducer>,
     topics: Arc<TopicMaker>,
     offsets: Arc<dyn OffsetStore>,
+    tolerate_refused: bool,
 }
 
 /// Why Kafka did not take a batch: for a while (a broker away, a leader moving), or for
@@ -315,9 +363,10 @@ impl Refusal {
         match error.rdkafka_error_code() {
             Some(code) if refused_for_good(code) => Refusal::ForGood(match code {
                 RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize => format!(
-                    "a record for {topic} is larger than Kafka takes ({error}): the producer's message.max.bytes \
+                    "it is larger than Kafka takes for {topic} ({error}): the producer's message.max.bytes \
                      (librdkafka's default 1000000; producer.override.message.max.bytes) and the topic's \
-                     max.message.bytes bound a record, sandbox.record.max.bytes bounds it here"
+                     max.message.bytes bound a record; set sandbox.record.max.bytes below them to have \
+                     such records refused before they are sent (errors.tolerance=all then skips them too)"
                 ),
                 _ => format!("Kafka refuses records for {topic}: {error}"),
             }),
@@ -343,62 +392,227 @@ fn refused_for_good(code: RDKafkaErrorCode) -> bool {
     )
 }
 
+/// How the records of one batch stand with Kafka while it is sent.
+struct Sending {
+    /// Records not acknowledged yet, in the batch's order: sent (again) on the next try.
+    pending: Vec<usize>,
+    /// Records Kafka refused for good, each with why.
+    refused: Vec<(usize, String)>,
+    /// Records handed to the producer and not answered when the task gave the batch up.
+    outstanding: Vec<(usize, DeliveryFuture)>,
+}
+
+/// A record named as its source partition and offset (what `sluice offsets` shows), for
+/// a trace or a log line.
+fn named(records: &RecordBatch, index: usize) -> String {
+    match records.get(index) {
+        Some(record) => format!("the record of source partition {} at offset {}", record.partition, record.offset),
+        None => format!("record {index}"),
+    }
+}
+
 impl AtLeastOnceTask {
     /// Sends `records` until Kafka has taken every one (after the producer's own retries
-    /// for `message.timeout.ms`, the whole batch again, in order: at-least-once), for
-    /// [`RESEND_FOR`] at most. A refusal no resend can mend fails at once, naming why; a
-    /// stop that gives up on the batch (`gate` shut at its deadline) ends the wait at once,
-    /// the batch not committed, so a worker stops in its stop deadline while the cluster is
-    /// away rather than when the resends run out.
-    fn send_until_taken(&self, records: &RecordBatch, topics: &[String], gate: &CommitGate) -> anyhow::Result<()> {
+    /// for `message.timeout.ms`, the records not acknowledged again, in order), for
+    /// [`RESEND_FOR`] at most; an acknowledged record is never sent again. A record Kafka
+    /// refuses for good (too large) is skipped under `errors.tolerance=all` (returned, with
+    /// why), and otherwise fails the batch. A stop that gives up on the batch (`gate` shut
+    /// at its deadline) ends the wait at once, the batch not committed, so a worker stops
+    /// in its stop deadline while the cluster is away rather than when the resends run out.
+    fn send_until_taken(
+        &self,
+        records: &RecordBatch,
+        topics: &[String],
+        gate: &CommitGate,
+    ) -> Result<Vec<(usize, String)>, Sending> {
         let started = std::time::Instant::now();
         let mut attempt = 0u32;
+        let mut sending =
+            Sending { pending: (0..records.len()).collect(), refused: Vec::new(), outstanding: Vec::new() };
         loop {
             let producer = self.producer.get();
-            let refused = match send_all(&producer, records, topics, gate) {
-                Ok(deliveries) => {
-                    let mut refused = None;
-                    for (delivery, topic) in deliveries.into_iter().zip(topics) {
-                        match wait_for_delivery(delivery, gate)? {
-                            Ok(Ok(_)) => {}
-                            Ok(Err((e, _))) => {
-                                refused.get_or_insert(Refusal::of(&e, topic));
-                            }
-                            Err(_) => {
-                                refused.get_or_insert(Refusal::ForNow("the producer went away".to_string()));
-                            }
-                        }
+            let mut still = Vec::new();
+            let mut for_now: Option<String> = None;
+            let (sent, unsent) = send_some(&producer, records, topics, &sending.pending, gate);
+            // A send that failed part way: the records before it were sent and are waited
+            // for below; it and those after it were not sent.
+            let sent_indices = sending.pending[..sent.len()].to_vec();
+            if let Some((e, topic, position)) = unsent {
+                let (failed, after) = (sending.pending[position], &sending.pending[position + 1..]);
+                match Refusal::of(&e, &topic) {
+                    Refusal::ForGood(reason) => sending.refused.push((failed, reason)),
+                    Refusal::ForNow(reason) => {
+                        for_now = Some(reason);
+                        still.push(failed);
                     }
-                    refused
                 }
-                Err((e, topic)) => Some(Refusal::of(&e, &topic)),
-            };
-            if refused.is_some() && gate.is_shut() {
-                return Err(DeliveryAbandoned.into());
+                still.extend_from_slice(after);
             }
-            let reason = match refused {
-                None => return Ok(()),
-                Some(Refusal::ForGood(reason)) => anyhow::bail!("{reason}"),
-                Some(Refusal::ForNow(reason)) => match self.producer.replace_if_fatal(&producer)? {
-                    Some(fatal) => format!("the producer stopped for good: {fatal}; a new producer sends it"),
-                    None => reason,
-                },
+            let mut sent = sent.into_iter().zip(sent_indices);
+            while let Some((mut delivery, index)) = sent.next() {
+                match wait_for_delivery(&mut delivery, gate) {
+                    Err(_) => {
+                        // Given up on: what is not answered yet may still be taken.
+                        still.sort_unstable();
+                        sending.pending = still;
+                        sending.outstanding =
+                            std::iter::once((index, delivery)).chain(sent.map(|(d, i)| (i, d))).collect();
+                        return Err(sending);
+                    }
+                    Ok(Ok(Ok(_))) => {}
+                    Ok(Ok(Err((e, _)))) => match Refusal::of(&e, &topics[index]) {
+                        Refusal::ForGood(reason) => sending.refused.push((index, reason)),
+                        Refusal::ForNow(reason) => {
+                            still.push(index);
+                            for_now.get_or_insert(reason);
+                        }
+                    },
+                    Ok(Err(_)) => {
+                        still.push(index);
+                        for_now.get_or_insert_with(|| "the producer went away".to_string());
+                    }
+                }
+            }
+            // Kept in the batch's order: a record sent again goes before those after it.
+            still.sort_unstable();
+            sending.pending = still;
+            if (!sending.refused.is_empty() && !self.tolerate_refused) || gate.is_shut() {
+                return Err(sending);
+            }
+            if sending.pending.is_empty() {
+                sending.refused.sort();
+                return Ok(sending.refused);
+            }
+            let Some(reason) = for_now else {
+                continue; // the records after one refused at its send (and skipped)
+            };
+            let reason = match self.producer.replace_if_fatal(&producer) {
+                Ok(Some(fatal)) => format!("the producer stopped for good: {fatal}; a new producer sends it"),
+                Ok(None) => reason,
+                Err(e) => {
+                    sending.refused.push((usize::MAX, format!("{e:#}")));
+                    return Err(sending);
+                }
             };
             if started.elapsed() >= RESEND_FOR {
-                anyhow::bail!(
-                    "Kafka did not take records for {RESEND_FOR:?} ({reason}); the task resumes from its committed offsets when restarted"
-                );
+                sending.refused.push((
+                    usize::MAX,
+                    format!(
+                        "Kafka did not take records for {RESEND_FOR:?} ({reason}); the task resumes from its committed offsets when restarted"
+                    ),
+                ));
+                return Err(sending);
             }
             let delay = Duration::from_secs(1u64 << attempt.min(5)).min(Duration::from_secs(30));
             attempt += 1;
-            tracing::warn!("Kafka did not take a batch ({reason}); sending it again in {delay:?}");
+            tracing::warn!(
+                "Kafka did not take {} record(s) of a batch ({reason}); sending them again in {delay:?}",
+                sending.pending.len()
+            );
             let resend_at = std::time::Instant::now() + delay;
             while std::time::Instant::now() < resend_at {
                 if gate.is_shut() {
-                    return Err(DeliveryAbandoned.into());
+                    return Err(sending);
                 }
                 std::thread::sleep(GATE_LOOK.min(resend_at.saturating_duration_since(std::time::Instant::now())));
             }
+        }
+    }
+
+    /// The offsets a batch that failed part way may still commit: for each source
+    /// partition, up to its last record before the first one of it Kafka did not take (as
+    /// Connect's `SubmittedRecords` commits an acknowledged prefix). The records before a
+    /// refused one are then not sent again when the task restarts and fails on it again.
+    fn taken_offsets(records: &RecordBatch, offsets: &[(String, String)], sending: &Sending) -> Vec<(String, String)> {
+        let untaken: Vec<usize> =
+            sending.pending.iter().chain(sending.refused.iter().map(|(i, _)| i)).copied().collect();
+        taken_prefix(records.iter().map(|r| (r.partition, r.offset)), &untaken, offsets)
+    }
+}
+
+/// [`AtLeastOnceTask::taken_offsets`] over each record's (source partition, offset), with
+/// the indices of the records Kafka did not take.
+fn taken_prefix<'a>(
+    records: impl Iterator<Item = (&'a str, &'a str)>,
+    untaken_indices: &[usize],
+    offsets: &[(String, String)],
+) -> Vec<(String, String)> {
+    let untaken: HashSet<usize> = untaken_indices.iter().copied().collect();
+    {
+        let mut stopped: HashSet<&str> = HashSet::new();
+        let mut taken: HashMap<&str, &str> = HashMap::new();
+        for (index, (partition, offset)) in records.enumerate() {
+            if stopped.contains(partition) {
+                continue;
+            }
+            if untaken.contains(&index) {
+                stopped.insert(partition);
+            } else {
+                taken.insert(partition, offset);
+            }
+        }
+        offsets
+            .iter()
+            .filter(|(partition, _)| !stopped.contains(partition.as_str()))
+            .cloned()
+            .chain(
+                taken
+                    .into_iter()
+                    .filter(|(partition, _)| stopped.contains(partition))
+                    .map(|(p, o)| (p.to_string(), o.to_string())),
+            )
+            .collect()
+    }
+}
+
+/// Waits for the answers to a given-up batch's records still outstanding (up to
+/// `message.timeout.ms`), then commits the offsets of what Kafka took.
+fn settle_given_up(
+    mut sending: Sending,
+    keys: &[(String, String)],
+    offsets: &[(String, String)],
+    store: &dyn OffsetStore,
+    ns: &Namespace,
+) {
+    let outstanding = std::mem::take(&mut sending.outstanding);
+    if !outstanding.is_empty() {
+        tracing::info!(
+            connector = %ns.connector,
+            "{} record(s) of a batch given up on are still with the Kafka producer: their offsets are committed if Kafka takes them, before the task starts again",
+            outstanding.len()
+        );
+    }
+    for (index, delivery) in outstanding {
+        if !matches!(futures_executor::block_on(delivery), Ok(Ok(_))) {
+            sending.pending.push(index);
+        }
+    }
+    sending.refused.iter().for_each(|&(index, _)| sending.pending.push(index));
+    let taken = taken_prefix(keys.iter().map(|(p, o)| (p.as_str(), o.as_str())), &sending.pending, offsets);
+    if !taken.is_empty()
+        && let Err(e) = store.commit_offsets(ns, &taken)
+    {
+        tracing::warn!(connector = %ns.connector, "the offsets of records Kafka took from a batch given up on were not committed (they are sent again): {e:#}");
+    }
+}
+
+/// A task's delivery under way: its next instance waits until it is dropped.
+struct DeliveryUnderWay {
+    key: (String, String, u32),
+    clients: Weak<SharedClients>,
+}
+
+impl Drop for DeliveryUnderWay {
+    fn drop(&mut self) {
+        if let Some(clients) = self.clients.upgrade() {
+            let mut under_way = clients.under_way.lock().unwrap();
+            if let Some(count) = under_way.get_mut(&self.key) {
+                *count -= 1;
+                if *count == 0 {
+                    under_way.remove(&self.key);
+                }
+            }
+            clients.settled.notify_all();
         }
     }
 }
@@ -410,7 +624,7 @@ const GATE_LOOK: Duration = Duration::from_millis(100);
 /// Kafka does not answer is waited for up to `message.timeout.ms` (2 minutes). Waits on
 /// this thread (the task's delivery lane), woken by the report or every [`GATE_LOOK`].
 fn wait_for_delivery(
-    mut delivery: DeliveryFuture,
+    delivery: &mut DeliveryFuture,
     gate: &CommitGate,
 ) -> anyhow::Result<<DeliveryFuture as std::future::Future>::Output> {
     struct Unpark(std::thread::Thread);
@@ -423,7 +637,7 @@ fn wait_for_delivery(
     let mut context = std::task::Context::from_waker(&waker);
     loop {
         if let std::task::Poll::Ready(report) =
-            std::future::Future::poll(std::pin::Pin::new(&mut delivery), &mut context)
+            std::future::Future::poll(std::pin::Pin::new(&mut *delivery), &mut context)
         {
             return Ok(report);
         }
@@ -445,11 +659,72 @@ impl Destination for AtLeastOnceTask {
         records: &RecordBatch,
         offsets: &[(String, String)],
         gate: &CommitGate,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Skipped> {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
-        self.send_until_taken(records, &topics, gate)?;
-        gate.commit(|| self.offsets.commit_offsets(ns, offsets))?.map_err(|e| RetriableDelivery::wrap(format!("{e:#}")))
+        let under_way = self.topics.clients.delivery_started(ns, self.task);
+        if gate.is_shut() {
+            return Err(DeliveryAbandoned.into());
+        }
+        match self.send_until_taken(records, &topics, gate) {
+            Err(sending) if gate.is_shut() => {
+                // Given up on at the stop deadline (a broker away longer than it): records
+                // handed to the producer may still reach Kafka when it is back. What Kafka
+                // takes is committed once answered, and the task's next instance starts
+                // only then, from those offsets: sent once, not again by it.
+                let keys: Vec<(String, String)> =
+                    records.iter().map(|r| (r.partition.to_string(), r.offset.to_string())).collect();
+                let (store, ns, offsets) = (self.offsets.clone(), ns.clone(), offsets.to_vec());
+                std::thread::spawn(move || {
+                    settle_given_up(sending, &keys, &offsets, &*store, &ns);
+                    drop(under_way);
+                });
+                Err(DeliveryAbandoned.into())
+            }
+            Ok(skipped) => {
+                match self.commit_written(ns, offsets, gate) {
+                    Err(e) if e.is::<DeliveryAbandoned>() => {
+                        // Taken, and given up on just after: committed all the same (the
+                        // task's next instance waits for this delivery), or it is sent again.
+                        if let Err(e) = self.offsets.commit_offsets(ns, offsets) {
+                            tracing::warn!(connector = %ns.connector, "the offsets of a batch Kafka took as the task gave it up were not committed (it is sent again): {e:#}");
+                        }
+                        return Err(e);
+                    }
+                    committed => committed?,
+                }
+                let skipped = skipped
+                    .into_iter()
+                    .map(|(index, reason)| format!("Kafka refused {}: {reason}", named(records, index)))
+                    .collect();
+                Ok(Skipped(skipped))
+            }
+            Err(sending) => {
+                let taken = Self::taken_offsets(records, offsets, &sending);
+                if !taken.is_empty() {
+                    // What Kafka took stays taken: without its offsets, a restart that
+                    // failed on the same record sent the records before it every time.
+                    if let Err(e) = gate
+                        .commit(|| self.offsets.commit_offsets(ns, &taken))
+                        .map_err(anyhow::Error::from)
+                        .and_then(|r| r)
+                    {
+                        tracing::warn!(
+                            "the offsets of the records Kafka took before the failure were not committed: {e:#}"
+                        );
+                    }
+                }
+                let (index, reason) = sending.refused.into_iter().min().unwrap_or((usize::MAX, "not taken".into()));
+                match index {
+                    usize::MAX => anyhow::bail!("{reason}"),
+                    index => anyhow::bail!("Kafka refused {}: {reason}", named(records, index)),
+                }
+            }
+        }
+    }
+
+    fn commit_written(&self, ns: &Namespace, offsets: &[(String, String)], gate: &CommitGate) -> anyhow::Result<()> {
+        super::commit_written_offsets(&*self.offsets, ns, offsets, gate)
     }
 }
 
@@ -760,6 +1035,24 @@ impl Destination for TransactionalTask {
         records: &RecordBatch,
         offsets: &[(String, String)],
         gate: &CommitGate,
+    ) -> anyhow::Result<Skipped> {
+        self.deliver_in_transaction(ns, records, offsets, gate).map(|()| Skipped::default())
+    }
+
+    fn flush(&self, ns: &Namespace) -> anyhow::Result<()> {
+        let mut state = self.state.lock().unwrap();
+        self.settle_first(ns, &mut state)?;
+        self.commit(ns, &mut state)
+    }
+}
+
+impl TransactionalTask {
+    fn deliver_in_transaction(
+        &self,
+        ns: &Namespace,
+        records: &RecordBatch,
+        offsets: &[(String, String)],
+        gate: &CommitGate,
     ) -> anyhow::Result<()> {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
@@ -801,7 +1094,7 @@ impl Destination for TransactionalTask {
                 // A record Kafka will never take (too large, say) fails the task with why,
                 // as at-least-once does, rather than be sent again in a new transaction
                 // for ever.
-                Refusal::ForGood(reason) => anyhow::bail!("{reason}"),
+                Refusal::ForGood(reason) => anyhow::bail!("Kafka refused a record: {reason}"),
                 Refusal::ForNow(_) => format!("cannot produce to {topic}: {e}"),
             };
             if held_earlier {
@@ -827,12 +1120,6 @@ impl Destination for TransactionalTask {
         };
         if due { self.commit(ns, &mut state) } else { Ok(()) }
     }
-
-    fn flush(&self, ns: &Namespace) -> anyhow::Result<()> {
-        let mut state = self.state.lock().unwrap();
-        self.settle_first(ns, &mut state)?;
-        self.commit(ns, &mut state)
-    }
 }
 
 /// A producer's librdkafka settings, names sorted.
@@ -848,6 +1135,10 @@ struct SharedClients {
     admin: AdminClient<KafkaLog>,
     /// Made on first use: exactly-once connectors never use it.
     producer: Mutex<Option<Arc<SharedProducer>>>,
+    /// Deliveries under way, by (tenant, connector, task): a batch given up on stays under
+    /// way until Kafka has answered for what the producer holds of it.
+    under_way: Mutex<HashMap<(String, String, u32), usize>>,
+    settled: std::sync::Condvar,
 }
 
 impl SharedClients {
@@ -880,8 +1171,45 @@ impl SharedClients {
         // two connectors may make one each; the first one kept is the one both use.
         let trouble = Arc::new(ClientTrouble::default());
         let admin = admin_client(kafka, KafkaLog::noting(trouble.clone()))?;
-        let made = Arc::new(SharedClients { settings, trouble, admin, producer: Mutex::default() });
+        let made = Arc::new(SharedClients {
+            settings,
+            trouble,
+            admin,
+            producer: Mutex::default(),
+            under_way: Mutex::default(),
+            settled: std::sync::Condvar::new(),
+        });
         Ok(kept(&key, Some(&made)).expect("kept or found"))
+    }
+
+    /// Marks a delivery of `task` under way until the returned guard is dropped.
+    fn delivery_started(self: &Arc<Self>, ns: &Namespace, task: u32) -> DeliveryUnderWay {
+        let key = (ns.tenant.clone(), ns.connector.clone(), task);
+        *self.under_way.lock().unwrap().entry(key.clone()).or_default() += 1;
+        DeliveryUnderWay { key, clients: Arc::downgrade(self) }
+    }
+
+    /// Waits until no delivery of `task` is under way (a batch its previous instance gave
+    /// up on has been answered for), `message.timeout.ms` and a margin at most.
+    fn wait_for_settled(&self, ns: &Namespace, task: u32) {
+        let key = (ns.tenant.clone(), ns.connector.clone(), task);
+        let deadline = std::time::Instant::now()
+            + Duration::from_millis(DELIVERY_TIMEOUT_MS.parse().unwrap_or(120_000))
+            + Duration::from_secs(10);
+        let mut under_way = self.under_way.lock().unwrap();
+        let mut said = false;
+        while under_way.contains_key(&key) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::warn!(connector = %ns.connector, task, "starting although a batch the task's previous instance gave up on is still with the Kafka producer");
+                return;
+            }
+            if !said {
+                tracing::info!(connector = %ns.connector, task, "waiting for Kafka to answer for a batch the task's previous instance gave up on before starting it again");
+                said = true;
+            }
+            under_way = self.settled.wait_timeout(under_way, left.min(Duration::from_secs(1))).unwrap().0;
+        }
     }
 
     fn producer(&self) -> anyhow::Result<Arc<SharedProducer>> {

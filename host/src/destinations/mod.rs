@@ -31,12 +31,24 @@ pub trait Destination: Send + Sync {
         records: &RecordBatch,
         offsets: &[(String, String)],
         gate: &CommitGate,
-    ) -> anyhow::Result<()>;
+    ) -> anyhow::Result<Skipped>;
+
+    /// Commits `offsets` of a batch this destination already wrote, whose commit failed
+    /// ([`RetriableDelivery::written`]): trying again commits, and writes nothing twice.
+    fn commit_written(&self, _ns: &Namespace, _offsets: &[(String, String)], _gate: &CommitGate) -> anyhow::Result<()> {
+        anyhow::bail!("this destination writes a batch and its offsets together")
+    }
 
     /// A destination of its own for one task instance (a transactional producer whose
     /// start fences the task's previous instance), or `None` to share this one.
     fn for_task(&self, _ns: &Namespace, _task: u32) -> anyhow::Result<Option<Arc<dyn Destination>>> {
         Ok(None)
+    }
+
+    /// Whether a batch an earlier instance of the task gave up on may still be written, so
+    /// that [`Destination::for_task`] waits for it before the task starts again.
+    fn settling_given_up_batch(&self, _ns: &Namespace, _task: u32) -> bool {
+        false
     }
 
     /// Makes everything delivered so far durable with its offsets (an open transaction
@@ -80,8 +92,9 @@ impl Destination for Local {
         records: &RecordBatch,
         offsets: &[(String, String)],
         gate: &CommitGate,
-    ) -> anyhow::Result<()> {
-        self.log.append_with_offsets(ns, records, offsets, gate)
+    ) -> anyhow::Result<Skipped> {
+        self.log.append_with_offsets(ns, records, offsets, gate)?;
+        Ok(Skipped::default())
     }
 }
 
@@ -100,7 +113,7 @@ impl Destination for Stdout {
         records: &RecordBatch,
         offsets: &[(String, String)],
         gate: &CommitGate,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Skipped> {
         {
             let mut out = std::io::stdout().lock();
             let mut out = std::io::BufWriter::with_capacity(256 << 10, &mut out);
@@ -109,9 +122,33 @@ impl Destination for Stdout {
             }
             out.flush()?;
         }
-        gate.commit(|| self.offsets.commit_offsets(ns, offsets))?
+        self.commit_written(ns, offsets, gate)?;
+        Ok(Skipped::default())
+    }
+
+    fn commit_written(&self, ns: &Namespace, offsets: &[(String, String)], gate: &CommitGate) -> anyhow::Result<()> {
+        commit_written_offsets(&*self.offsets, ns, offsets, gate)
     }
 }
+
+/// Commits the offsets of a batch already written, through `gate`: a failure (a full
+/// disk) is [`RetriableDelivery::written`], so the commit alone is tried again, and the
+/// records are not written twice.
+pub(crate) fn commit_written_offsets(
+    store: &dyn OffsetStore,
+    ns: &Namespace,
+    offsets: &[(String, String)],
+    gate: &CommitGate,
+) -> anyhow::Result<()> {
+    gate.commit(|| store.commit_offsets(ns, offsets))?.map_err(|e| {
+        RetriableDelivery::written(format!("the batch was written but its offsets were not committed: {e:#}"))
+    })
+}
+
+/// Records a destination refused for good and left out under `errors.tolerance=all`
+/// (Kafka refusing a record too large, as Connect does since KIP-779), each with why.
+#[derive(Debug, Default)]
+pub struct Skipped(pub Vec<String>);
 
 /// Whether a delivery may still commit. A task instance that gives up on a batch at its
 /// stop deadline shuts its gate: the write still running then (a busy or slow disk) is
@@ -170,14 +207,20 @@ impl CommitGate {
 pub struct DeliveryAbandoned;
 
 /// A delivery that failed for a reason that passes (the broker is away, a leader is
-/// moving): the task keeps its batch and tries again after a backoff, saying so in its
-/// status, instead of failing.
+/// moving, the disk holding the offsets is full): the task keeps its batch and tries again
+/// after a backoff, saying so in its status, instead of failing.
 #[derive(Debug)]
-pub struct RetriableDelivery(pub String);
+pub struct RetriableDelivery {
+    message: String,
+    /// The records were written (Kafka acknowledged them) and only their offsets' commit
+    /// failed: the next try commits ([`Destination::commit_written`]) and sends nothing
+    /// again (a resend put a batch in Kafka once per try while a disk was full).
+    written: bool,
+}
 
 impl std::fmt::Display for RetriableDelivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -185,11 +228,21 @@ impl std::error::Error for RetriableDelivery {}
 
 impl RetriableDelivery {
     pub fn wrap(message: String) -> anyhow::Error {
-        anyhow::Error::new(RetriableDelivery(message))
+        anyhow::Error::new(RetriableDelivery { message, written: false })
+    }
+
+    /// The batch was written; only its offsets' commit is to be tried again.
+    pub fn written(message: String) -> anyhow::Error {
+        anyhow::Error::new(RetriableDelivery { message, written: true })
     }
 
     pub fn is(error: &anyhow::Error) -> bool {
         error.chain().any(|e| e.is::<RetriableDelivery>())
+    }
+
+    /// Whether `error` says the batch was written and only its commit is to be retried.
+    pub fn is_written(error: &anyhow::Error) -> bool {
+        error.chain().any(|e| e.downcast_ref::<RetriableDelivery>().is_some_and(|r| r.written))
     }
 }
 
@@ -229,6 +282,7 @@ pub fn for_connector(
                 &config.producer_overrides(),
                 stores.offsets().clone(),
                 exactly_once,
+                settings.errors.tolerate_all,
             )?)
         }
     })
