@@ -357,3 +357,33 @@ async fn long_honest_calls_on_a_busy_host_are_slowed_not_failed() {
     }
     assert_neighbour_keeps_delivering(&host).await;
 }
+
+/// A plugin that keeps 1 MiB of every poll fills its sandbox within a second, every time:
+/// recycled at once for good, it was made anew 25 times a second with nothing in its
+/// status. After three quick recycles in a row the next sandbox waits, growing, and the
+/// status says why; the neighbour keeps delivering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_recycled_again_and_again_backs_off_saying_why() {
+    let host = TestHost::new(&["hostile", "counter"]).await;
+    start_neighbour(&host).await;
+    let config = [
+        ("topic", "hostile"),
+        ("hostile.attack", "leak-per-poll"),
+        ("sandbox.memory.max.bytes", "33554432"),
+        ("sandbox.memory.recycle.percent", "50"),
+    ];
+    host.start(connector("leaky", "hostile", &config)).await;
+    let task = wait_until("the status saying the recycles back off", || {
+        host.status("leaky")?.tasks.into_iter().find(|t| t.trace.as_deref().is_some_and(|t| t.contains("in a row")))
+    })
+    .await;
+    assert_eq!(task.state, State::Restarting);
+    let trace = task.trace.unwrap();
+    assert!(
+        trace.contains("sandbox.memory.recycle.percent") && trace.contains("the next sandbox starts in"),
+        "{trace}"
+    );
+    assert!(host.values("hostile").iter().any(|v| v == "leaked"), "it delivers between recycles");
+    assert_neighbour_keeps_delivering(&host).await;
+    host.herder.shutdown().await;
+}

@@ -55,7 +55,8 @@ struct Cli {
 
 #[derive(clap::Args)]
 struct DataDirArg {
-    /// Where offsets, configs, statuses, local topics and compiled plugins are kept.
+    /// Where offsets, configs, statuses and local topics are kept (compiled plugins go to
+    /// `$SLUICE_COMPILE_CACHE`, else `~/.cache/sluice/compiled`, shared by data directories).
     #[arg(long, env = "SLUICE_DATA_DIR", default_value = "sluice-data")]
     data_dir: PathBuf,
 }
@@ -621,6 +622,9 @@ async fn until_done_outcome(herder: &Herder) -> Option<Result<(), String>> {
         trace.as_deref().map_or("no trace".to_string(), |t| t.lines().collect::<Vec<_>>().join("\n  "))
     };
     let statuses = herder.statuses();
+    // Every one failed for good when this look finds any: two that fail within one look
+    // (100 ms) are both said, rather than whichever sorts first.
+    let mut failures = Vec::new();
     for (ns, status) in &statuses {
         let failure = if status.connector.state == State::Failed {
             format!("connector '{}' FAILED: {}", ns.connector, trace(&status.connector.trace))
@@ -633,8 +637,11 @@ async fn until_done_outcome(herder: &Herder) -> Option<Result<(), String>> {
             config.get(crate::config::keys::RESTART_POLICY).is_some_and(|policy| policy.trim() == "on-failure")
         });
         if !restarts {
-            return Some(Err(failure));
+            failures.push(failure);
         }
+    }
+    if !failures.is_empty() {
+        return Some(Err(failures.join("\n")));
     }
     let finished = !statuses.is_empty() && statuses.iter().all(|(_, s)| s.connector.state == State::Finished);
     finished.then_some(Ok(()))

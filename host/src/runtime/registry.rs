@@ -781,11 +781,15 @@ mod tests {
         // Its name in a log line would start a line of its own.
         let (dir, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         std::fs::write(dir.path().join("new\nline.wasm"), b"\0asm\x0d\0\x01\0").unwrap();
+        // One that shows as another (`\u{202E}mvsa.exe` as `exe.asvm`).
+        std::fs::write(dir.path().join("\u{202E}mvsa.exe.wasm"), b"\0asm\x0d\0\x01\0").unwrap();
         let runtime = Runtime::new().unwrap();
         let registry = Registry::load(&runtime, dir.path(), cache.path()).await.unwrap();
         let rejected = registry.rejected();
-        assert_eq!(rejected.len(), 1, "{rejected:?}");
-        assert!(rejected[0].reason.contains("control character"), "{}", rejected[0].reason);
+        assert_eq!(rejected.len(), 2, "{rejected:?}");
+        for rejected in &rejected {
+            assert!(rejected.reason.contains("control or bidirectional character"), "{}", rejected.reason);
+        }
         assert!(registry.files_in_folder().is_empty(), "{:?}", registry.files_in_folder());
     }
 }

@@ -789,10 +789,28 @@ fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Resul
                 );
                 Err(CallError::Trap { call, detail, guest_stderr: None })
             } else {
-                Err(CallError::Trap { call, detail: describe_trap(&error), guest_stderr: state.log.take_stderr_tail() })
+                let guest_stderr = state.log.take_stderr_tail().map(|text| explain_thrown_value(text, call));
+                Err(CallError::Trap { call, detail: describe_trap(&error), guest_stderr })
             }
         }
     }
+}
+
+/// componentize-js lowers what a JavaScript export throws as its `connector-error`; any
+/// other value thrown (an `Error`) fails in its generated glue with a message about a
+/// variant tag, whose stack is the glue's. Said first in plain words, with the way out.
+fn explain_thrown_value(stderr: String, call: &str) -> String {
+    const GLUE: &str = "invalid variant tag value `undefined` (received `";
+    let Some(at) = stderr.find(GLUE) else { return stderr };
+    let rest = &stderr[at + GLUE.len()..];
+    let Some(end) = rest.find("`) specified for `ConnectorError`") else { return stderr };
+    format!(
+        "uncaught exception in {call}: {}\n(a JavaScript export fails by throwing {{ tag: 'fatal', val: message }} \
+         ('retriable' and 'invalid-config' too); any other value thrown, such as an Error, is not a \
+         connector-error and its stack is lost in componentize-js's glue: catch it and throw \
+         {{ tag: 'fatal', val: String(error.stack ?? error) }} to keep it)\n{stderr}",
+        &rest[..end]
+    )
 }
 
 fn describe_trap(error: &wasmtime::Error) -> String {
@@ -1110,6 +1128,16 @@ pub fn describe_connector_error(error: &ConnectorError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_a_javascript_export_throws_is_said_as_an_uncaught_exception() {
+        let glue = "invalid variant tag value `undefined` (received `Error: poll threw at 4`) specified for `ConnectorError`\n  Stack:\n    export_task_0_2_0$poll@initializer.js:8428:17";
+        let said = explain_thrown_value(glue.to_string(), "poll");
+        assert!(said.starts_with("uncaught exception in poll: Error: poll threw at 4\n"), "{said}");
+        assert!(said.contains("{ tag: 'fatal', val: message }") && said.ends_with(glue), "{said}");
+        let other = "Traceback (most recent call last):\n  ValueError: x";
+        assert_eq!(explain_thrown_value(other.to_string(), "poll"), other);
+    }
 
     #[test]
     fn a_host_error_is_said_before_the_backtrace_and_not_after_it() {

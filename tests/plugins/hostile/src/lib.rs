@@ -39,6 +39,8 @@ thread_local! {
     static SENT: RefCell<bool> = const { RefCell::new(false) };
     /// `work`: loop iterations per millisecond, measured at task start.
     static PER_MS: RefCell<u64> = const { RefCell::new(0) };
+    /// What `leak-per-poll` keeps: 1 MiB more each poll.
+    static KEPT: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `iterations` rounds of busy work.
@@ -217,6 +219,10 @@ impl TaskGuest for Hostile {
                 let millis: u64 = get("hostile.work.ms").parse().unwrap_or(600);
                 work(PER_MS.with_borrow(|per_ms| *per_ms) * millis);
                 ok("worked")
+            }
+            "leak-per-poll" => {
+                KEPT.with_borrow_mut(|kept| kept.push(vec![1u8; 1 << 20]));
+                ok("leaked")
             }
             "grow-memory" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
