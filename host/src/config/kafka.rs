@@ -130,12 +130,9 @@ impl KafkaConfig {
         if let Some(key) = values.keys().find(|k| MANAGED_CLIENT_KEYS.contains(&k.as_str())) {
             anyhow::bail!("[kafka] {key}: Sluice sets this itself for each client; remove it");
         }
-        anyhow::ensure!(
-            values.get("bootstrap.servers").is_some_and(|s| !s.trim().is_empty()),
-            "[kafka] bootstrap.servers: missing (the brokers to connect to, host:port,...)"
-        );
         // librdkafka checks each setting's name and value as it is set, which makes no
         // client: a bad one is said now, not by each connector's failure to make its own.
+        // Before the check for bootstrap.servers: a misspelt `bootstrap.server` is named.
         let mut probe = rdkafka::ClientConfig::new();
         for (key, value) in &values {
             probe.set(key, value);
@@ -143,6 +140,10 @@ impl KafkaConfig {
         if let Err(e) = probe.create_native_config() {
             anyhow::bail!("[kafka]: {e}");
         }
+        anyhow::ensure!(
+            values.get("bootstrap.servers").is_some_and(|s| !s.trim().is_empty()),
+            "[kafka] bootstrap.servers: missing (the brokers to connect to, host:port,...)"
+        );
         Ok(KafkaConfig { client: values, offsets, configs, statuses, group_id, exactly_once_source })
     }
 }
@@ -231,6 +232,8 @@ mod tests {
         // librdkafka's own check of every setting, at load.
         let unknown = error("\"bootstrap.servers\" = \"b\"\n\"no.such.key\" = \"1\"\n");
         assert!(unknown.starts_with("[kafka]") && unknown.contains("no.such.key"), "{unknown}");
+        let misspelt = error("\"bootstrap.server\" = \"b\"\n");
+        assert!(misspelt.contains("bootstrap.server:") || misspelt.contains("\"bootstrap.server\""), "{misspelt}");
         let bad_value = error("\"bootstrap.servers\" = \"b\"\n\"linger.ms\" = \"soon\"\n");
         assert!(bad_value.contains("linger.ms"), "{bad_value}");
         parse("\"bootstrap.servers\" = \"b\"\n\"linger.ms\" = 5\n\"security.protocol\" = \"plaintext\"\n").unwrap();

@@ -845,6 +845,14 @@ impl Herder {
                 ns.connector
             )));
         }
+        // A batch given up on as it stopped (the broker away) commits its offsets when
+        // Kafka answers for it: a change now would be undone by that commit.
+        if crate::destinations::kafka::delivery_under_way(ns) {
+            return Err(HerderError::Refused(format!(
+                "A batch connector {} gave up on as it stopped is still with the Kafka producer (the cluster is away); its offsets are committed when Kafka answers for it, message.timeout.ms at most. Modify the offsets after that",
+                ns.connector
+            )));
+        }
         let offsets = self.services.stores.offsets();
         let set: Vec<(String, String)> =
             changes.iter().filter_map(|(p, o)| o.as_ref().map(|o| (p.clone(), o.clone()))).collect();

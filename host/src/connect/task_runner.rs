@@ -75,8 +75,10 @@ const COMMIT_GRACE: Duration = Duration::from_secs(5);
 
 /// How long a stopping task waits, once its gate is shut, for the answer of a delivery
 /// that may have committed just before: the lane thread sends it right after the write
-/// returns. A write still running (a slow disk, a broker away) is not waited for.
-const ANSWER_GRACE: Duration = Duration::from_millis(100);
+/// returns. A write still running (a slow disk, a broker away) is waited for no longer
+/// than this: it looks at the gate every 100 ms, and by its answer a Kafka destination has
+/// noted the batch given up on, which the connector's next task instances wait for.
+const ANSWER_GRACE: Duration = Duration::from_millis(500);
 /// Waits between tries of a batch the destination could not take for now (1 s doubling
 /// to 30 s).
 const DELIVERY_RETRY_BACKOFF: RestartPolicy =
@@ -171,9 +173,14 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     }
     let destination = {
         let (shared, namespace, task) = (spec.destination.clone(), spec.namespace.clone(), spec.task);
-        match tokio::task::spawn_blocking(move || shared.for_task(&namespace, task).map(|own| own.unwrap_or(shared)))
-            .await
-        {
+        let made =
+            tokio::task::spawn_blocking(move || shared.for_task(&namespace, task).map(|own| own.unwrap_or(shared)));
+        // Its wait for a batch given up on (up to message.timeout.ms) ends with a stop.
+        let made = tokio::select! {
+            made = made => made,
+            _ = stopped(stop) => return Outcome::Stopped,
+        };
+        match made {
             Ok(Ok(destination)) => destination,
             Ok(Err(e)) => return failed(format!("destination: {e:#}"), id),
             Err(e) => return failed(format!("destination: {e}"), id),
@@ -802,7 +809,7 @@ async fn settle_delivery(
                                 Ok(Ok(attempt)) => break Ok(attempt),
                                 Ok(Err(_)) | Err(_) => {}
                             }
-                            tracing::warn!(connector = %connector, task = spec.task, "the destination did not take the last batch by the stop deadline; it is sent again after a restart");
+                            tracing::warn!(connector = %connector, task = spec.task, "the destination did not take the last batch by the stop deadline; what it did not take is sent again after a restart");
                             return Delivery::Abandoned;
                         }
                     }
@@ -841,9 +848,18 @@ async fn settle_delivery(
                         };
                         handed_over = lane.retry_first(delivery_work(spec, destination.clone(), outgoing, gate.clone(), writes.clone()));
                     }
-                    // Nothing of the batch is committed: it is polled again on restart.
+                    // Nothing of the batch is committed: it is polled again on restart. A
+                    // batch already written has its commit tried once more first, or it
+                    // would be written twice.
                     _ = stopped(&mut stop) => {
                         lane.close();
+                        if written {
+                            let (destination, namespace, gate) = (destination.clone(), spec.namespace.clone(), gate.clone());
+                            let commit = tokio::task::spawn_blocking(move || destination.commit_written(&namespace, &offsets, &gate));
+                            if let Ok(Ok(())) = commit.await {
+                                return Delivery::Done { delivered: true };
+                            }
+                        }
                         return Delivery::Done { delivered: false };
                     }
                 }

@@ -289,15 +289,14 @@ impl Destination for KafkaDestination {
             None => {
                 // The task's previous instance may have given a batch up that Kafka may
                 // still take: this one starts once it has settled.
-                self.topics.clients.wait_for_settled(ns, task);
+                wait_for_settled(ns, task, self.topics.clients.message_timeout());
                 Arc::new(self.at_least_once(task)?)
             }
         }))
     }
 
     fn settling_given_up_batch(&self, ns: &Namespace, task: u32) -> bool {
-        let key = (ns.tenant.clone(), ns.connector.clone(), task);
-        self.exactly_once.is_none() && self.topics.clients.under_way.lock().unwrap().contains_key(&key)
+        self.exactly_once.is_none() && (UNDER_WAY.lock().unwrap().contains_key(&task_key(ns, task)) || given_up_in(ns))
     }
 
     fn retire_tasks(&self, ns: &Namespace, tasks: std::ops::Range<u32>) -> anyhow::Result<()> {
@@ -473,9 +472,11 @@ impl AtLeastOnceTask {
                     }
                 }
             }
-            // Kept in the batch's order: a record sent again goes before those after it.
-            still.sort_unstable();
-            sending.pending = still;
+            // Sent again from the first record of each source partition Kafka did not take,
+            // in the batch's order, those it took after it too: librdkafka may write a
+            // partition's later records when earlier ones time out (its gaps), and a
+            // consumer that keeps the latest value of a key must see them last.
+            sending.pending = from_first_untaken(records, &still, &sending.refused);
             if (!sending.refused.is_empty() && !self.tolerate_refused) || gate.is_shut() {
                 return Err(sending);
             }
@@ -530,6 +531,24 @@ impl AtLeastOnceTask {
     }
 }
 
+/// The indices of `records` to send again: those in `untaken`, and every record after the
+/// first of them of the same source partition, but those refused for good.
+fn from_first_untaken(records: &RecordBatch, untaken: &[usize], refused: &[(usize, String)]) -> Vec<usize> {
+    let untaken: HashSet<usize> = untaken.iter().copied().collect();
+    let refused: HashSet<usize> = refused.iter().map(|(index, _)| *index).collect();
+    let mut stopped: HashSet<&str> = HashSet::new();
+    let mut again = Vec::new();
+    for (index, record) in records.iter().enumerate() {
+        if untaken.contains(&index) {
+            stopped.insert(record.partition);
+            again.push(index);
+        } else if stopped.contains(record.partition) && !refused.contains(&index) {
+            again.push(index);
+        }
+    }
+    again
+}
+
 /// [`AtLeastOnceTask::taken_offsets`] over each record's (source partition, offset), with
 /// the indices of the records Kafka did not take.
 fn taken_prefix<'a>(
@@ -558,8 +577,12 @@ fn taken_prefix<'a>(
             .chain(
                 taken
                     .into_iter()
-                    .filter(|(partition, _)| stopped.contains(partition))
-                    .map(|(p, o)| (p.to_string(), o.to_string())),
+                    // A partition the batch commits nothing for (a dead-letter copy's `{}`)
+                    // commits nothing here either; an offset as the batch's are written.
+                    .filter(|(partition, _)| stopped.contains(partition) && offsets.iter().any(|(p, _)| p == partition))
+                    .map(|(p, o)| {
+                        (p.to_string(), crate::storage::json::canonical_object(o).unwrap_or_else(|_| o.to_string()))
+                    }),
             )
             .collect()
     }
@@ -596,24 +619,109 @@ fn settle_given_up(
     }
 }
 
+/// Deliveries under way in this worker, by (tenant, connector, task), whatever destination
+/// made them (a connector stopped and resumed, or reconfigured, has a new one): a batch
+/// given up on stays under way until Kafka has answered for what the producer holds of it,
+/// and the task's next instance, or a change of the connector's offsets, waits for that.
+type TaskKey = (String, String, u32);
+static UNDER_WAY: Mutex<BTreeMap<TaskKey, usize>> = Mutex::new(BTreeMap::new());
+static SETTLED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Batches given up on whose answers are awaited, by (tenant, connector): a file or other
+/// source partition may move to another task on a reconfiguration, so every task of the
+/// connector waits for them, not only the one that gave the batch up.
+static GIVEN_UP: Mutex<BTreeMap<(String, String), usize>> = Mutex::new(BTreeMap::new());
+
+/// A batch given up on, awaited: dropped once its offsets are committed.
+struct GivenUp((String, String));
+
+impl GivenUp {
+    fn start(ns: &Namespace) -> GivenUp {
+        let key = (ns.tenant.clone(), ns.connector.clone());
+        *GIVEN_UP.lock().unwrap().entry(key.clone()).or_default() += 1;
+        GivenUp(key)
+    }
+}
+
+impl Drop for GivenUp {
+    fn drop(&mut self) {
+        let mut given_up = GIVEN_UP.lock().unwrap();
+        if let Some(count) = given_up.get_mut(&self.0) {
+            *count -= 1;
+            if *count == 0 {
+                given_up.remove(&self.0);
+            }
+        }
+        drop(given_up);
+        // Waiters wait on UNDER_WAY's lock: taken, so none misses this.
+        let _under_way = UNDER_WAY.lock().unwrap();
+        SETTLED.notify_all();
+    }
+}
+
+fn given_up_in(ns: &Namespace) -> bool {
+    GIVEN_UP.lock().unwrap().contains_key(&(ns.tenant.clone(), ns.connector.clone()))
+}
+
+fn task_key(ns: &Namespace, task: u32) -> TaskKey {
+    (ns.tenant.clone(), ns.connector.clone(), task)
+}
+
 /// A task's delivery under way: its next instance waits until it is dropped.
-struct DeliveryUnderWay {
-    key: (String, String, u32),
-    clients: Weak<SharedClients>,
+struct DeliveryUnderWay(TaskKey);
+
+impl DeliveryUnderWay {
+    fn start(ns: &Namespace, task: u32) -> DeliveryUnderWay {
+        let key = task_key(ns, task);
+        *UNDER_WAY.lock().unwrap().entry(key.clone()).or_default() += 1;
+        DeliveryUnderWay(key)
+    }
 }
 
 impl Drop for DeliveryUnderWay {
     fn drop(&mut self) {
-        if let Some(clients) = self.clients.upgrade() {
-            let mut under_way = clients.under_way.lock().unwrap();
-            if let Some(count) = under_way.get_mut(&self.key) {
-                *count -= 1;
-                if *count == 0 {
-                    under_way.remove(&self.key);
-                }
+        let mut under_way = UNDER_WAY.lock().unwrap();
+        if let Some(count) = under_way.get_mut(&self.0) {
+            *count -= 1;
+            if *count == 0 {
+                under_way.remove(&self.0);
             }
-            clients.settled.notify_all();
         }
+        SETTLED.notify_all();
+    }
+}
+
+/// Whether a delivery of a task of `ns` is under way: a batch a task gave up on whose
+/// records Kafka may still take (its offsets are committed when it answers). Offsets are
+/// not changed meanwhile, or that commit would undo the change.
+pub fn delivery_under_way(ns: &Namespace) -> bool {
+    given_up_in(ns)
+        || UNDER_WAY
+            .lock()
+            .unwrap()
+            .keys()
+            .any(|(tenant, connector, _)| *tenant == ns.tenant && *connector == ns.connector)
+}
+
+/// Waits until no delivery of `task` is under way and no batch any task of the connector
+/// gave up on is still awaited (a reconfiguration moves source partitions between tasks),
+/// for `timeout` at most (`None`: until then).
+fn wait_for_settled(ns: &Namespace, task: u32, timeout: Option<Duration>) {
+    let key = task_key(ns, task);
+    let deadline = timeout.map(|timeout| std::time::Instant::now() + timeout + Duration::from_secs(10));
+    let mut under_way = UNDER_WAY.lock().unwrap();
+    let mut said = false;
+    while under_way.contains_key(&key) || given_up_in(ns) {
+        let left = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(std::time::Instant::now()));
+        if left.is_zero() {
+            tracing::warn!(connector = %ns.connector, task, "starting although a batch the task's previous instance gave up on is still with the Kafka producer");
+            return;
+        }
+        if !said {
+            tracing::info!(connector = %ns.connector, task, "waiting for Kafka to answer for a batch the task's previous instance gave up on before starting it again");
+            said = true;
+        }
+        under_way = SETTLED.wait_timeout(under_way, left.min(Duration::from_secs(1))).unwrap().0;
     }
 }
 
@@ -662,7 +770,7 @@ impl Destination for AtLeastOnceTask {
     ) -> anyhow::Result<Skipped> {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
-        let under_way = self.topics.clients.delivery_started(ns, self.task);
+        let under_way = DeliveryUnderWay::start(ns, self.task);
         if gate.is_shut() {
             return Err(DeliveryAbandoned.into());
         }
@@ -675,9 +783,12 @@ impl Destination for AtLeastOnceTask {
                 let keys: Vec<(String, String)> =
                     records.iter().map(|r| (r.partition.to_string(), r.offset.to_string())).collect();
                 let (store, ns, offsets) = (self.offsets.clone(), ns.clone(), offsets.to_vec());
+                // The producer stays while it holds them: a dropped one purges its queue.
+                let (producer, topics) = (self.producer.clone(), self.topics.clone());
+                let given_up = GivenUp::start(&ns);
                 std::thread::spawn(move || {
                     settle_given_up(sending, &keys, &offsets, &*store, &ns);
-                    drop(under_way);
+                    drop((given_up, under_way, producer, topics));
                 });
                 Err(DeliveryAbandoned.into())
             }
@@ -1135,10 +1246,6 @@ struct SharedClients {
     admin: AdminClient<KafkaLog>,
     /// Made on first use: exactly-once connectors never use it.
     producer: Mutex<Option<Arc<SharedProducer>>>,
-    /// Deliveries under way, by (tenant, connector, task): a batch given up on stays under
-    /// way until Kafka has answered for what the producer holds of it.
-    under_way: Mutex<HashMap<(String, String, u32), usize>>,
-    settled: std::sync::Condvar,
 }
 
 impl SharedClients {
@@ -1171,44 +1278,16 @@ impl SharedClients {
         // two connectors may make one each; the first one kept is the one both use.
         let trouble = Arc::new(ClientTrouble::default());
         let admin = admin_client(kafka, KafkaLog::noting(trouble.clone()))?;
-        let made = Arc::new(SharedClients {
-            settings,
-            trouble,
-            admin,
-            producer: Mutex::default(),
-            under_way: Mutex::default(),
-            settled: std::sync::Condvar::new(),
-        });
+        let made = Arc::new(SharedClients { settings, trouble, admin, producer: Mutex::default() });
         Ok(kept(&key, Some(&made)).expect("kept or found"))
     }
 
-    /// Marks a delivery of `task` under way until the returned guard is dropped.
-    fn delivery_started(self: &Arc<Self>, ns: &Namespace, task: u32) -> DeliveryUnderWay {
-        let key = (ns.tenant.clone(), ns.connector.clone(), task);
-        *self.under_way.lock().unwrap().entry(key.clone()).or_default() += 1;
-        DeliveryUnderWay { key, clients: Arc::downgrade(self) }
-    }
-
-    /// Waits until no delivery of `task` is under way (a batch its previous instance gave
-    /// up on has been answered for), `message.timeout.ms` and a margin at most.
-    fn wait_for_settled(&self, ns: &Namespace, task: u32) {
-        let key = (ns.tenant.clone(), ns.connector.clone(), task);
-        let deadline = std::time::Instant::now()
-            + Duration::from_millis(DELIVERY_TIMEOUT_MS.parse().unwrap_or(120_000))
-            + Duration::from_secs(10);
-        let mut under_way = self.under_way.lock().unwrap();
-        let mut said = false;
-        while under_way.contains_key(&key) {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                tracing::warn!(connector = %ns.connector, task, "starting although a batch the task's previous instance gave up on is still with the Kafka producer");
-                return;
-            }
-            if !said {
-                tracing::info!(connector = %ns.connector, task, "waiting for Kafka to answer for a batch the task's previous instance gave up on before starting it again");
-                said = true;
-            }
-            under_way = self.settled.wait_timeout(under_way, left.min(Duration::from_secs(1))).unwrap().0;
+    /// How long the producer tries a record (`message.timeout.ms`; `None`: for ever).
+    fn message_timeout(&self) -> Option<Duration> {
+        let ms = self.settings.get("message.timeout.ms").and_then(|ms| ms.trim().parse::<u64>().ok());
+        match ms.unwrap_or(120_000) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
         }
     }
 
@@ -1221,5 +1300,57 @@ impl SharedClients {
         let made = Arc::new(SharedProducer::new(self.settings.clone(), context, "cannot make a Kafka producer")?);
         *producer = Some(made.clone());
         Ok(made)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::Record;
+
+    fn batch(records: &[(&str, &str)]) -> RecordBatch {
+        let records: Vec<Record> = records
+            .iter()
+            .map(|(partition, offset)| Record {
+                topic: "t".into(),
+                partition: (*partition).into(),
+                offset: (*offset).into(),
+                key: None,
+                value: None,
+                headers: Vec::new(),
+                timestamp_ms: 0,
+            })
+            .collect();
+        RecordBatch::from_records(&records)
+    }
+
+    const A: &str = r#"{"p":"a"}"#;
+    const B: &str = r#"{"p":"b"}"#;
+
+    /// Each source partition commits up to its last record before its first one Kafka did
+    /// not take; one with every record taken commits the batch's offset for it; a
+    /// partition the batch commits nothing for commits nothing.
+    #[test]
+    fn the_taken_prefix_is_per_source_partition() {
+        let records =
+            batch(&[(A, r#"{"n": 1}"#), (B, r#"{"n":1}"#), (A, r#"{"n":2}"#), (B, r#"{"n":2}"#), ("{}", "{}")]);
+        let offsets = vec![(A.to_string(), r#"{"n":2}"#.to_string()), (B.to_string(), r#"{"n":2}"#.to_string())];
+        let keys = || records.iter().map(|r| (r.partition, r.offset));
+        let mut taken = taken_prefix(keys(), &[2], &offsets);
+        taken.sort();
+        // A's first record (written with a space) is committed as the batch's are.
+        assert_eq!(taken, [(A.to_string(), r#"{"n":1}"#.to_string()), (B.to_string(), r#"{"n":2}"#.to_string())]);
+        assert_eq!(taken_prefix(keys(), &[0, 1], &offsets), []);
+        assert_eq!(taken_prefix(keys(), &[4], &offsets).len(), 2, "the dead-letter copy's {{}} commits nothing");
+    }
+
+    /// What is sent again: from the first record of each source partition not taken,
+    /// those after it that were taken too (in order), but not those refused for good.
+    #[test]
+    fn records_are_sent_again_from_the_first_one_not_taken_of_their_partition() {
+        let records = batch(&[(A, "{}"), (B, "{}"), (A, "{}"), (B, "{}"), (A, "{}")]);
+        assert_eq!(from_first_untaken(&records, &[2], &[]), [2, 4]);
+        assert_eq!(from_first_untaken(&records, &[1], &[(3, "too large".into())]), [1]);
+        assert_eq!(from_first_untaken(&records, &[], &[]), Vec::<usize>::new());
     }
 }

@@ -101,6 +101,9 @@ pub struct Registry {
     /// many looks overlap; a connector's load on demand takes none, so it never queues
     /// behind plugins nobody asked for.
     folder_loads: tokio::sync::Semaphore,
+    /// Files a look at the folder is to load, waiting for a permit: not queued again by
+    /// the next look.
+    queued: std::sync::Mutex<std::collections::BTreeSet<PathBuf>>,
 }
 
 /// How a look at the folder treats files whose load is under way (started by an earlier
@@ -215,6 +218,7 @@ impl Registry {
             whole_folder: tokio::sync::watch::Sender::new(false),
             loading: std::sync::Mutex::default(),
             folder_loads: tokio::sync::Semaphore::new(LOADS_AT_ONCE),
+            queued: std::sync::Mutex::default(),
         };
         match only {
             None => drop(registry.refresh(runtime).await?),
@@ -259,7 +263,10 @@ impl Registry {
         runtime: &Runtime,
     ) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
         let looked = self.refresh_matching(runtime, |_| true, Some(UnderWay::PassOver)).await;
-        self.whole_folder.send_replace(true);
+        // Whole only when nothing it passed over is still loading.
+        if self.loading.lock().unwrap().is_empty() && self.queued.lock().unwrap().is_empty() {
+            self.whole_folder.send_replace(true);
+        }
         looked
     }
 
@@ -298,9 +305,16 @@ impl Registry {
         let mut files: Vec<(PathBuf, FileStamp)> = std::fs::read_dir(&self.dir)
             .with_context(|| format!("cannot read plugin folder {}", self.dir.display()))?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
+            .filter(|path| seems_a_plugin_file(path))
             .filter_map(|path| {
                 let reason = match std::fs::metadata(&path) {
+                    // Not loaded, but said: a user who dropped `Source.WASM` in sees why.
+                    _ if path.file_name().is_some_and(|name| name.eq_ignore_ascii_case(".wasm")) => {
+                        "it has no name before .wasm (a plugin is named by its file name): rename it".to_string()
+                    }
+                    _ if path.extension().is_none_or(|ext| ext != "wasm") => {
+                        "its name ends in .WASM (or another case): a plugin file's name ends in .wasm, in lower case; rename it".to_string()
+                    }
                     // A plugin is named by its file's name, which configs must be able to say.
                     Ok(meta) if meta.is_file() && plugin_name(&path).is_none() => {
                         "its name is not valid UTF-8 or has a control or bidirectional character: rename it (a plugin is named by its file name)".to_string()
@@ -333,13 +347,20 @@ impl Registry {
                 }
             }
             let under_way = self.loading.lock().unwrap();
-            files
+            let mut queued = self.queued.lock().unwrap();
+            let changed: Vec<PathBuf> = files
                 .iter()
                 .filter(|(path, stamp)| folder.seen.get(path) != Some(stamp))
                 .filter(|(path, _)| plugin_name(path).is_some_and(|name| wanted(&name)))
-                .filter(|(path, _)| folder_look != Some(UnderWay::PassOver) || !under_way.contains_key(path))
+                .filter(|(path, _)| {
+                    folder_look != Some(UnderWay::PassOver) || !(under_way.contains_key(path) || queued.contains(path))
+                })
                 .map(|(p, _)| p.clone())
-                .collect()
+                .collect();
+            if folder_look.is_some() {
+                queued.extend(changed.iter().cloned());
+            }
+            changed
         };
         let permits = folder_look.map(|_| &self.folder_loads);
         // Several at once: a file whose plugin is slow to load (a `version` that sleeps to
@@ -371,7 +392,11 @@ impl Registry {
         // The permit before the file's lock: a connector's load on demand then waits for
         // no permit, only for a load of its own file that is running.
         let _permit = match permits {
-            Some(permits) => Some(permits.acquire().await.ok()?),
+            Some(permits) => {
+                let permit = permits.acquire().await;
+                self.queued.lock().unwrap().remove(&file);
+                Some(permit.ok()?)
+            }
             None => None,
         };
         // One load of a file at a time: the background look and a connector's load on
@@ -461,6 +486,12 @@ fn read_bounded(file: &Path) -> Result<Vec<u8>, String> {
         return Err(too_large(bytes.len() as u64));
     }
     Ok(bytes)
+}
+
+/// Whether `path` is, or was meant to be, a plugin file: `*.wasm`, in any case, or `.wasm`.
+fn seems_a_plugin_file(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("wasm"))
+        || path.file_name().is_some_and(|name| name.eq_ignore_ascii_case(".wasm"))
 }
 
 /// The name a plugin file gives its plugin: none when configs, URLs and log lines could
@@ -783,13 +814,18 @@ mod tests {
         std::fs::write(dir.path().join("new\nline.wasm"), b"\0asm\x0d\0\x01\0").unwrap();
         // One that shows as another (`\u{202E}mvsa.exe` as `exe.asvm`).
         std::fs::write(dir.path().join("\u{202E}mvsa.exe.wasm"), b"\0asm\x0d\0\x01\0").unwrap();
+        // Meant as plugins, never loaded, said: a name in upper case, and no name at all.
+        std::fs::write(dir.path().join("UP.WASM"), b"\0asm\x0d\0\x01\0").unwrap();
+        std::fs::write(dir.path().join(".wasm"), b"\0asm\x0d\0\x01\0").unwrap();
         let runtime = Runtime::new().unwrap();
         let registry = Registry::load(&runtime, dir.path(), cache.path()).await.unwrap();
         let rejected = registry.rejected();
-        assert_eq!(rejected.len(), 2, "{rejected:?}");
-        for rejected in &rejected {
-            assert!(rejected.reason.contains("control or bidirectional character"), "{}", rejected.reason);
-        }
+        assert_eq!(rejected.len(), 4, "{rejected:?}");
+        let reason = |file: &str| rejected.iter().find(|r| r.file.file_name().unwrap() == file).unwrap().reason.clone();
+        assert!(reason("new\nline.wasm").contains("control or bidirectional character"));
+        assert!(reason("\u{202E}mvsa.exe.wasm").contains("control or bidirectional character"));
+        assert!(reason("UP.WASM").contains("ends in .wasm, in lower case"));
+        assert!(reason(".wasm").contains("no name before .wasm"));
         assert!(registry.files_in_folder().is_empty(), "{:?}", registry.files_in_folder());
     }
 }

@@ -280,8 +280,12 @@ pub fn ensure_compacted_topics(
         };
         let policy = resource.get("cleanup.policy").and_then(|entry| entry.value.clone()).unwrap_or_default();
         if policy.split(',').map(str::trim).collect::<Vec<_>>() != ["compact"] {
+            let policy = match policy.trim() {
+                "" => "no cleanup.policy the broker reports (Kafka's default is delete)".to_string(),
+                policy => format!("cleanup.policy={policy}"),
+            };
             anyhow::bail!(
-                "the topic {} ({key}) has cleanup.policy={policy}, but Sluice keeps {} there and needs cleanup.policy=compact (only), or retention would delete them: set cleanup.policy=compact on the topic, or set {key} to another topic",
+                "the topic {} ({key}) has {policy}, but Sluice keeps {} there and needs cleanup.policy=compact (only), or retention would delete them: set cleanup.policy=compact on the topic, or set {key} to another topic",
                 topic.name,
                 purpose(key)
             );

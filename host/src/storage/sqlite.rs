@@ -213,7 +213,7 @@ impl SqliteStore {
         if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
             let dir = self.path.parent().unwrap_or(&self.path);
             return anyhow::anyhow!(
-                "the disk holding the data directory {} is full: nothing of this batch was committed; free space, then restart",
+                "the disk holding the data directory {} is full: nothing of this write was committed; free space",
                 dir.display()
             );
         }
