@@ -296,7 +296,7 @@ impl Destination for KafkaDestination {
     }
 
     fn settling_given_up_batch(&self, ns: &Namespace, task: u32) -> bool {
-        self.exactly_once.is_none() && (UNDER_WAY.lock().unwrap().contains_key(&task_key(ns, task)) || given_up_in(ns))
+        self.exactly_once.is_none() && awaited_by(&AWAITED.lock().unwrap(), ns, task)
     }
 
     fn retire_tasks(&self, ns: &Namespace, tasks: std::ops::Range<u32>) -> anyhow::Result<()> {
@@ -619,99 +619,79 @@ fn settle_given_up(
     }
 }
 
-/// Deliveries under way in this worker, by (tenant, connector, task), whatever destination
-/// made them (a connector stopped and resumed, or reconfigured, has a new one): a batch
-/// given up on stays under way until Kafka has answered for what the producer holds of it,
-/// and the task's next instance, or a change of the connector's offsets, waits for that.
-type TaskKey = (String, String, u32);
-static UNDER_WAY: Mutex<BTreeMap<TaskKey, usize>> = Mutex::new(BTreeMap::new());
+/// What a task's next instance, or a change of the connector's offsets, waits for in this
+/// worker, whatever destination made it (a connector stopped and resumed, or reconfigured,
+/// has a new one): a task's delivery under way, and a batch given up on until Kafka has
+/// answered for what the producer holds of it. A given-up batch is the connector's: a file
+/// or other source partition may move to another task on a reconfiguration.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Awaited {
+    Delivery { tenant: String, connector: String, task: u32 },
+    GivenUp { tenant: String, connector: String },
+}
+
+impl Awaited {
+    fn delivery(ns: &Namespace, task: u32) -> Awaited {
+        Awaited::Delivery { tenant: ns.tenant.clone(), connector: ns.connector.clone(), task }
+    }
+
+    fn given_up(ns: &Namespace) -> Awaited {
+        Awaited::GivenUp { tenant: ns.tenant.clone(), connector: ns.connector.clone() }
+    }
+
+    fn of(&self, ns: &Namespace) -> bool {
+        let (Awaited::Delivery { tenant, connector, .. } | Awaited::GivenUp { tenant, connector }) = self;
+        *tenant == ns.tenant && *connector == ns.connector
+    }
+}
+
+static AWAITED: Mutex<BTreeMap<Awaited, usize>> = Mutex::new(BTreeMap::new());
 static SETTLED: std::sync::Condvar = std::sync::Condvar::new();
 
-/// Batches given up on whose answers are awaited, by (tenant, connector): a file or other
-/// source partition may move to another task on a reconfiguration, so every task of the
-/// connector waits for them, not only the one that gave the batch up.
-static GIVEN_UP: Mutex<BTreeMap<(String, String), usize>> = Mutex::new(BTreeMap::new());
+/// One [`Awaited`], counted while this lives.
+struct Awaiting(Awaited);
 
-/// A batch given up on, awaited: dropped once its offsets are committed.
-struct GivenUp((String, String));
-
-impl GivenUp {
-    fn start(ns: &Namespace) -> GivenUp {
-        let key = (ns.tenant.clone(), ns.connector.clone());
-        *GIVEN_UP.lock().unwrap().entry(key.clone()).or_default() += 1;
-        GivenUp(key)
+impl Awaiting {
+    fn start(awaited: Awaited) -> Awaiting {
+        *AWAITED.lock().unwrap().entry(awaited.clone()).or_default() += 1;
+        Awaiting(awaited)
     }
 }
 
-impl Drop for GivenUp {
+impl Drop for Awaiting {
     fn drop(&mut self) {
-        let mut given_up = GIVEN_UP.lock().unwrap();
-        if let Some(count) = given_up.get_mut(&self.0) {
+        let mut awaited = AWAITED.lock().unwrap();
+        if let Some(count) = awaited.get_mut(&self.0) {
             *count -= 1;
             if *count == 0 {
-                given_up.remove(&self.0);
-            }
-        }
-        drop(given_up);
-        // Waiters wait on UNDER_WAY's lock: taken, so none misses this.
-        let _under_way = UNDER_WAY.lock().unwrap();
-        SETTLED.notify_all();
-    }
-}
-
-fn given_up_in(ns: &Namespace) -> bool {
-    GIVEN_UP.lock().unwrap().contains_key(&(ns.tenant.clone(), ns.connector.clone()))
-}
-
-fn task_key(ns: &Namespace, task: u32) -> TaskKey {
-    (ns.tenant.clone(), ns.connector.clone(), task)
-}
-
-/// A task's delivery under way: its next instance waits until it is dropped.
-struct DeliveryUnderWay(TaskKey);
-
-impl DeliveryUnderWay {
-    fn start(ns: &Namespace, task: u32) -> DeliveryUnderWay {
-        let key = task_key(ns, task);
-        *UNDER_WAY.lock().unwrap().entry(key.clone()).or_default() += 1;
-        DeliveryUnderWay(key)
-    }
-}
-
-impl Drop for DeliveryUnderWay {
-    fn drop(&mut self) {
-        let mut under_way = UNDER_WAY.lock().unwrap();
-        if let Some(count) = under_way.get_mut(&self.0) {
-            *count -= 1;
-            if *count == 0 {
-                under_way.remove(&self.0);
+                awaited.remove(&self.0);
             }
         }
         SETTLED.notify_all();
     }
+}
+
+/// Whether the task's next instance would wait: its delivery under way, or a batch of the
+/// connector given up on.
+fn awaited_by(awaited: &BTreeMap<Awaited, usize>, ns: &Namespace, task: u32) -> bool {
+    awaited.contains_key(&Awaited::delivery(ns, task)) || awaited.contains_key(&Awaited::given_up(ns))
 }
 
 /// Whether a delivery of a task of `ns` is under way: a batch a task gave up on whose
 /// records Kafka may still take (its offsets are committed when it answers). Offsets are
 /// not changed meanwhile, or that commit would undo the change.
 pub fn delivery_under_way(ns: &Namespace) -> bool {
-    given_up_in(ns)
-        || UNDER_WAY
-            .lock()
-            .unwrap()
-            .keys()
-            .any(|(tenant, connector, _)| *tenant == ns.tenant && *connector == ns.connector)
+    AWAITED.lock().unwrap().keys().any(|awaited| awaited.of(ns))
 }
 
 /// Waits until no delivery of `task` is under way and no batch any task of the connector
 /// gave up on is still awaited (a reconfiguration moves source partitions between tasks),
 /// for `timeout` at most (`None`: until then).
 fn wait_for_settled(ns: &Namespace, task: u32, timeout: Option<Duration>) {
-    let key = task_key(ns, task);
     let deadline = timeout.map(|timeout| std::time::Instant::now() + timeout + Duration::from_secs(10));
-    let mut under_way = UNDER_WAY.lock().unwrap();
+    let mut awaited = AWAITED.lock().unwrap();
     let mut said = false;
-    while under_way.contains_key(&key) || given_up_in(ns) {
+    while awaited_by(&awaited, ns, task) {
         let left = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(std::time::Instant::now()));
         if left.is_zero() {
             tracing::warn!(connector = %ns.connector, task, "starting although a batch the task's previous instance gave up on is still with the Kafka producer");
@@ -721,7 +701,7 @@ fn wait_for_settled(ns: &Namespace, task: u32, timeout: Option<Duration>) {
             tracing::info!(connector = %ns.connector, task, "waiting for Kafka to answer for a batch the task's previous instance gave up on before starting it again");
             said = true;
         }
-        under_way = SETTLED.wait_timeout(under_way, left.min(Duration::from_secs(1))).unwrap().0;
+        awaited = SETTLED.wait_timeout(awaited, left.min(Duration::from_secs(1))).unwrap().0;
     }
 }
 
@@ -770,7 +750,7 @@ impl Destination for AtLeastOnceTask {
     ) -> anyhow::Result<Skipped> {
         let topics: Vec<String> = records.iter().map(|r| self.topics.name(r.topic)).collect();
         self.topics.ensure(&topics)?;
-        let under_way = DeliveryUnderWay::start(ns, self.task);
+        let under_way = Awaiting::start(Awaited::delivery(ns, self.task));
         if gate.is_shut() {
             return Err(DeliveryAbandoned.into());
         }
@@ -785,7 +765,7 @@ impl Destination for AtLeastOnceTask {
                 let (store, ns, offsets) = (self.offsets.clone(), ns.clone(), offsets.to_vec());
                 // The producer stays while it holds them: a dropped one purges its queue.
                 let (producer, topics) = (self.producer.clone(), self.topics.clone());
-                let given_up = GivenUp::start(&ns);
+                let given_up = Awaiting::start(Awaited::given_up(&ns));
                 std::thread::spawn(move || {
                     settle_given_up(sending, &keys, &offsets, &*store, &ns);
                     drop((given_up, under_way, producer, topics));
