@@ -14,7 +14,10 @@
 //! was stopped, logs rotated faster than their tasks start under a filter that leaves out
 //! the rotated names, a last line without newline in an idle log rotated or cleaned up,
 //! and `move` to an archive on another file system, more logs in tail mode than are
-//! followed at once, and a new log on the identity of a finished file of another name.
+//! followed at once, a new log on the identity of a finished file of another name, new
+//! files on reused inodes with the same size and time (plain, `.gz`, read whole), files
+//! replaced under one name while they wait to be read whole, and a `.gz` member appended
+//! to a followed log.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -1251,25 +1254,104 @@ async fn a_last_line_without_newline_is_sent_when_its_idle_log_is_rotated_or_cle
     assert_eq!(host.values("lines"), ["x", "y"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn files_cleaned_up_one_by_one_are_each_read_though_the_next_reuses_the_inode_size_and_time() {
+/// As `tar -x` of files of one size whose times it keeps: fifteen files dropped one by one,
+/// each deleted once read; each new file is likely to get the inode of the one deleted just
+/// before it, with the same size and time. Every one is read (its first bytes, decompressed
+/// for a `.gz`, tell it from the finished one).
+async fn cleaned_up_one_by_one_on_reused_inodes(extra: &[(&str, &str)], gz: bool) {
     let host = TestHost::new(&["file-pulse"]).await;
     let dirs = Dirs::new();
-    host.start(pulse("pulse", &dirs.config(&[("fs.cleanup.policy", "delete")]))).await;
-    // As `tar -x` of files of one size whose times it keeps: each new file is likely to get
-    // the inode of the one deleted just before it, with the same size and time.
+    let mut config = vec![("fs.cleanup.policy", "delete")];
+    config.extend_from_slice(extra);
+    host.start(pulse("pulse", &dirs.config(&config))).await;
     let time = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    let mut inodes = Vec::new();
     for i in 0..15 {
-        let path = dirs.inbox.path().join(format!("data-{i:02}.csv"));
+        let path = dirs.inbox.path().join(format!("data-{i:02}.csv{}", if gz { ".gz" } else { "" }));
         let staged = dirs.done.path().join("staged");
-        std::fs::write(&staged, format!("record-{i:03}\n")).unwrap();
+        let content = format!("record-{i:03}\n");
+        std::fs::write(&staged, if gz { gzip(&content) } else { content.into_bytes() }).unwrap();
         std::fs::File::options().write(true).open(&staged).unwrap().set_modified(time).unwrap();
         std::fs::rename(&staged, &path).unwrap();
+        inodes.push(inode(&path));
         wait_until("the file read and deleted", || (!path.exists()).then_some(())).await;
     }
     let expected: Vec<String> = (0..15).map(|i| format!("record-{i:03}")).collect();
     wait_until("every file's record", || (host.values("lines").len() >= 15).then_some(())).await;
-    assert_eq!(host.values("lines"), expected);
+    let values: Vec<String> = host.values("lines").iter().map(|v| v.trim_end().to_string()).collect();
+    assert_eq!(values, expected, "inodes: {inodes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_cleaned_up_one_by_one_are_each_read_though_the_next_reuses_the_inode_size_and_time() {
+    cleaned_up_one_by_one_on_reused_inodes(&[], false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gz_files_cleaned_up_one_by_one_are_each_read_though_the_next_reuses_the_inode_size_and_time() {
+    cleaned_up_one_by_one_on_reused_inodes(&[], true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_read_whole_and_cleaned_up_one_by_one_are_each_read_though_the_next_reuses_the_inode() {
+    cleaned_up_one_by_one_on_reused_inodes(&[("read.mode", "bytes")], false).await;
+    cleaned_up_one_by_one_on_reused_inodes(&[("read.mode", "bytes")], true).await;
+}
+
+/// Bytes mode: a file replaced under its name (written under a hidden name and renamed into
+/// place, over and over) while it waits to be quiet before it is read whole: each version
+/// is read, once, through the descriptor its task holds, as lines mode reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_replaced_under_one_name_while_they_wait_to_be_read_whole_are_each_read() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let config = [("read.mode", "bytes"), ("eof.quiet.ms", "1500"), ("tasks.max", "4")];
+    host.start(pulse("pulse", &dirs.config(&config))).await;
+    let expected: Vec<String> = (0..8).map(|i| format!("snapshot {i:02}")).collect();
+    let snap = dirs.inbox.path().join("snap.txt");
+    for snapshot in &expected {
+        let hidden = dirs.inbox.path().join(".snap.txt");
+        std::fs::write(&hidden, format!("{snapshot}\n")).unwrap();
+        std::fs::rename(&hidden, &snap).unwrap();
+        // Replaced once a task has looked at it (its offset names its modification time),
+        // which is within its quiet wait: a file replaced before any listing saw it could
+        // be read by nobody.
+        let meta = std::fs::metadata(&snap).unwrap();
+        let mtime = (std::os::unix::fs::MetadataExt::mtime(&meta) as u64 * 1_000_000_000
+            + std::os::unix::fs::MetadataExt::mtime_nsec(&meta) as u64)
+            .to_string();
+        wait_until(&format!("{snapshot} looked at by a task"), || {
+            let offsets =
+                host.herder.services().stores.offsets().all_offsets(&Namespace::new(DEFAULT_TENANT, "pulse")).ok()?;
+            offsets
+                .iter()
+                .filter_map(|(_, offset)| serde_json::from_str::<Value>(offset).ok())
+                .any(|offset| offset["path"] == "snap.txt" && offset["mtime"].to_string().trim_matches('"') == mtime)
+                .then_some(())
+        })
+        .await;
+    }
+    wait_until("every snapshot", || (host.values("lines").len() >= expected.len()).then_some(())).await;
+    let mut values: Vec<String> = host.values("lines").iter().map(|v| v.trim_end().to_string()).collect();
+    values.sort();
+    assert_eq!(values, expected);
+}
+
+/// Tail mode: a `.gz` followed as a live log (rsyslog's `zipLevel`, `gzip -c >> f.gz`)
+/// gets a member appended after its first was read; the member is read before the log
+/// finishes idle, and its cleanup deletes it only then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gz_member_appended_to_a_followed_log_is_read() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let config = [("file.completion", "tail"), ("tail.idle.ms", "3000"), ("fs.cleanup.policy", "delete")];
+    host.start(pulse("pulse", &dirs.config(&config))).await;
+    let path = dirs.inbox.path().join("live.log.gz");
+    std::fs::write(&path, gzip("m1 a\nm1 b\n")).unwrap();
+    wait_until("the first member read", || (host.values("lines").len() == 2).then_some(())).await;
+    std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&gzip("m2 a\n")).unwrap();
+    wait_until("the log finished idle and deleted", || (!path.exists()).then_some(())).await;
+    assert_eq!(host.values("lines"), ["m1 a", "m1 b", "m2 a"]);
 }
 
 /// `move` to an archive on another file system (here tmpfs under /dev/shm beside a listing

@@ -220,6 +220,17 @@ fn head_of(file: &Descriptor, len: u64) -> Option<String> {
     Some(head_hash(&bytes))
 }
 
+/// The first `min(len, HEAD_BYTES)` bytes of a `.gz` file's decompressed stream, hashed
+/// (a `.gz`'s head and position count decompressed bytes), or `None` when fewer are there.
+fn gz_head_of(file: Descriptor, len: u64) -> Option<String> {
+    use std::io::Read;
+    let want = len.min(HEAD_BYTES as u64);
+    let source = PositionalFile { file: Rc::new(file), offset: 0, head: Rc::default(), end: u64::MAX };
+    let mut bytes = Vec::new();
+    flate2::read::MultiGzDecoder::new(source).take(want).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 == want).then(|| head_hash(&bytes))
+}
+
 fn error_text(e: ErrorCode) -> String {
     match e {
         ErrorCode::NoEntry => "no such file".into(),
@@ -664,9 +675,13 @@ impl ConnectorState {
         let pass = self.walk.as_ref().map_or(self.passes, |w| w.pass);
         for ((id, relative, seen), offset) in batch.into_iter().zip(offsets) {
             let path = self.absolute(&relative);
+            let compressed = relative.ends_with(".gz");
             let head_unchanged = |offset: &FileOffset| {
                 let Some(expected) = &offset.head else { return false };
-                open(&path).ok().and_then(|file| head_of(&file, offset.position)).as_ref() == Some(expected)
+                let now = open(&path).ok().and_then(|file| {
+                    if compressed { gz_head_of(file, offset.position) } else { head_of(&file, offset.position) }
+                });
+                now.as_ref() == Some(expected)
             };
             let decision =
                 decide(offset.as_ref(), seen, &relative, settings.completion, settings.cleanup, head_unchanged);
@@ -1604,6 +1619,9 @@ struct OpenFile {
     head: Rc<RefCell<Vec<u8>>>,
     /// The poll that last read it (least recently read plain files are closed first).
     last_poll: u64,
+    /// Where its reader stops: a `.gz`'s size when the reader was made (see
+    /// [`PositionalFile::end`]), a plain file's end wherever it is (`u64::MAX`).
+    end: u64,
 }
 
 struct TaskFile {
@@ -1613,6 +1631,10 @@ struct TaskFile {
     absolute: String,
     offset: FileOffset,
     open: Option<OpenFile>,
+    /// Bytes mode: the file, held open from the first look while it waits to be quiet, so
+    /// that a file replaced under its name or removed meanwhile is still read whole (as
+    /// lines mode reads it through its open reader).
+    whole: Option<Rc<Descriptor>>,
     finished: bool,
     last_growth_ms: u64,
     /// Tail mode: when the file was first seen renamed away.
@@ -1924,7 +1946,7 @@ impl TaskState {
         } else {
             LineReader::new(source(file.offset.position), file.offset.position, max_line)
         };
-        file.open = Some(OpenFile { file: descriptor, reader, head, last_poll: self.polls });
+        file.open = Some(OpenFile { file: descriptor, reader, head, last_poll: self.polls, end });
         Ok(())
     }
 
@@ -2096,6 +2118,29 @@ impl TaskState {
             return file
                 .restart_version(format!("it shrank to {} bytes, below the {} read", stat.size, file.offset.position));
         }
+        // A `.gz` grown past where its reader stops (a member appended to a followed log,
+        // or its compression still going on): the reader is made again on the same
+        // descriptor (a rotated or removed file has no path to open), decompressing up to
+        // the position, and reads on at the next poll. Finished now, what was added would
+        // never be read.
+        if compressed && stat.size > open.end {
+            let max_line = file.max_line(settings);
+            let descriptor = Rc::clone(&open.file);
+            let source = Box::new(PositionalFile { file: descriptor, offset: 0, head: Rc::default(), end: stat.size });
+            // The head the offset records is the one the new reader decompresses again.
+            let head = Rc::clone(&open.head);
+            head.borrow_mut().clear();
+            match LineReader::gzip(source, file.offset.position, max_line, head) {
+                Ok(reader) => {
+                    let open = file.open.as_mut().expect("open");
+                    (open.reader, open.end) = (reader, stat.size);
+                }
+                // Its stream stops mid-way (being written): opened again at a later poll.
+                Err(_) => file.open = None,
+            }
+            file.last_growth_ms = now_ms();
+            return file.note_progress(batch, last);
+        }
         let seen_all = compressed || stat.size <= file.offset.position + open.reader.pending_len();
         let grew = stat.size != file.offset.size || mtime_ns(&stat) != file.offset.mtime;
         file.offset.size = stat.size;
@@ -2192,8 +2237,9 @@ impl TaskState {
     fn read_whole_file(&mut self, index: usize, batch: &mut Batch, bytes: &mut usize) {
         let settings = Rc::clone(&self.settings);
         let file = &mut self.files[index];
-        let descriptor = match open(&file.absolute) {
-            Ok(d) if d.metadata_hash().map(hash_hex).ok().as_deref() == Some(file.key.id.as_str()) => Rc::new(d),
+        let held = file.whole.take();
+        let descriptor = match held.map_or_else(|| open(&file.absolute).map(Rc::new), Ok) {
+            Ok(d) if d.metadata_hash().map(hash_hex).ok().as_deref() == Some(file.key.id.as_str()) => d,
             Err(e @ ErrorCode::Access) => {
                 let why = format!("cannot be opened: {}", error_text(e));
                 return file.finish(batch, None, End::Missing, Some(why));
@@ -2208,6 +2254,7 @@ impl TaskState {
         if let Some(stat) = &stat
             && file.still_being_written(stat, &settings)
         {
+            file.whole = Some(descriptor);
             return file.note_growth(batch, None);
         }
         let record_cap = file.max_line(&settings) as u64;
@@ -2221,6 +2268,8 @@ impl TaskState {
         match read_whole(source, file.key.path.ends_with(".gz"), max, why) {
             Ok(content) => {
                 file.offset.position = content.len() as u64;
+                // What tells this file from a new one on its inode with its size and time.
+                file.offset.head = Some(head_hash(&content[..content.len().min(HEAD_BYTES)]));
                 file.offset.size = stat.as_ref().map_or(0, |s| s.size);
                 file.offset.mtime = stat.as_ref().map_or(0, mtime_ns);
                 file.offset.line = 1;
@@ -2296,6 +2345,7 @@ impl Task for TaskState {
                     key,
                     offset,
                     open: None,
+                    whole: None,
                     last_growth_ms: now,
                     rotated_since: (renamed && settings.completion == Completion::Tail).then_some(now),
                     last_look: None,

@@ -101,14 +101,10 @@ pub fn decide(
         }
         // Cleaned up once finished, yet its identity is listed again with the same size and
         // modification time: a new file on the reused inode (extracted from an archive, say,
-        // with its time kept), unless its first bytes are the ones read. Only checked where
+        // with its time kept), unless its first bytes are the ones read (decompressed, for a
+        // `.gz`; a file read whole in bytes mode has its head too). Only checked where
         // cleanup removes finished files, so a folder that keeps them pays no read.
-        _ if unchanged
-            && cleanup != Cleanup::None
-            && !compressed
-            && offset.head.is_some()
-            && !head_unchanged(offset) =>
-        {
+        _ if unchanged && cleanup != Cleanup::None && offset.head.is_some() && !head_unchanged(offset) => {
             next_version("a new file took the identity (inode, size and time) of a finished one")
         }
         _ if unchanged => Decision::Finished,
@@ -165,6 +161,12 @@ mod tests {
         assert!(matches!(decide_with(Cleanup::Delete, false), Decision::Start { version: 1, .. }));
         assert!(matches!(decide_with(Cleanup::Move, false), Decision::Start { version: 1, .. }));
         assert_eq!(decide_with(Cleanup::Delete, true), Decision::Finished, "the same file, not cleaned up yet");
+        // A `.gz` too (its head is of the decompressed stream).
+        let gz = |head_same: bool| {
+            decide(Some(&finished), seen(10, 1), "a.log.gz", Completion::Eof, Cleanup::Delete, |_| head_same)
+        };
+        assert!(matches!(gz(false), Decision::Start { version: 1, .. }));
+        assert_eq!(gz(true), Decision::Finished);
         // Without cleanup, finished files stay: their heads are not read on every listing.
         assert_eq!(
             decide(Some(&finished), seen(10, 1), "a.log", Completion::Eof, Cleanup::None, |_| panic!("read")),

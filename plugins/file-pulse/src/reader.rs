@@ -227,16 +227,14 @@ impl LineReader {
                 if self.pending.is_empty() || hold_partial {
                     return Ok(None);
                 }
-                // The room for a `\r` before a newline is not a last line's to take.
-                if self.pending.len() > self.max_line {
+                // A last line ending in `\r` (a CRLF file cut after it) ends as its lines
+                // do, without it, and has their limit.
+                let content = self.pending.len() - usize::from(self.pending.last() == Some(&b'\r'));
+                if content > self.max_line {
                     return Err(self.too_long(false));
                 }
                 self.position += std::mem::take(&mut self.zeros) + self.pending.len() as u64;
-                // A last line ending in `\r` (a CRLF file cut after it) ends as its lines
-                // do, without it.
-                if self.pending.last() == Some(&b'\r') {
-                    self.pending.pop();
-                }
+                self.pending.truncate(content);
                 return Ok(Some(self.hand_out()));
             }
             if self.pending.is_empty() {
@@ -334,6 +332,9 @@ mod tests {
         assert!(lines(b"0123456789a\n", 0, false, 10).is_err());
         // A last line without newline has the same limit, and is skipped to the end.
         assert_eq!(lines(b"ok\n0123456789", 0, false, 10).unwrap().0, ["ok", "0123456789"]);
+        // Its `\r` is dropped as a CRLF line's is, so a last line at the limit with one fits.
+        assert_eq!(lines(b"ok\n0123456789\r", 0, false, 10).unwrap(), (vec!["ok".into(), "0123456789".into()], 14));
+        assert!(lines(b"ok\n0123456789a\r", 0, false, 10).is_err());
         let mut reader = LineReader::new(Box::new(io::Cursor::new(b"ok\n0123456789a".to_vec())), 0, 10);
         assert_eq!(reader.next_line(false).unwrap().unwrap().0, b"ok");
         assert!(is_too_long(&reader.next_line(false).unwrap_err()));

@@ -196,7 +196,8 @@ impl Settings {
         let filter = if pattern.is_empty() {
             Err(problem("file.filter.regex.pattern", "empty: '.*' streams every file".to_string()))
         } else {
-            regex_lite::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+            // `.` takes a newline too: a name may have one, and `.*` means every file.
+            regex_lite::Regex::new(&format!("(?s)^(?:{pattern})$")).map_err(|e| {
                 problem("file.filter.regex.pattern", format!("'{pattern}' is not a valid regular expression: {e}"))
             })
         };
@@ -343,6 +344,10 @@ mod tests {
         }
         let either = parse(&[("file.filter.regex.pattern", "a|b")]).unwrap();
         assert!(either.filter.is_match("b") && !either.filter.is_match("ab"), "the whole pattern is anchored");
+        // A name may hold a newline: the default `.*` takes it, as every other name.
+        let every = parse(&[]).unwrap();
+        assert!(every.filter.is_match("report\n2024.txt") && every.filter.is_match("\n"));
+        assert!(csv.filter.is_match("q\n3.csv") && !csv.filter.is_match("q.csv\n"));
         let problems = parse(&[("file.filter.regex.pattern", "")]).err().unwrap();
         assert_eq!(problems.0, "file.filter.regex.pattern");
     }
