@@ -113,7 +113,9 @@ fn new_config(
     values: &Map<String, Value>,
     named_by: NamedBy,
 ) -> Result<(Namespace, ConnectorConfig), ApiError> {
-    let from_config = values.get(TENANT).and_then(Value::as_str);
+    // As the config will hold it: `"tenant": 42` is tenant `42`'s.
+    let from_config = values.get(TENANT).and_then(|value| crate::config::value_text(value).ok());
+    let from_config = from_config.as_deref();
     let ns = match (caller, name.split_once('/')) {
         (Caller::Operator { tenant: None }, None) if named_by == NamedBy::Body => {
             Namespace::new(from_config.unwrap_or(DEFAULT_TENANT), name)
@@ -131,6 +133,9 @@ fn new_config(
         (_, Some(_)) => return Err(ApiError::bad_request(format!("name: {}", slash_refused(name)))),
         (_, None) => caller.namespace(name)?,
     };
+    if let Some(reason) = name_too_long(&ns.connector) {
+        return Err(ApiError::bad_request(format!("name: {reason}")));
+    }
     let source = source_of(&ns.connector);
     let mut config = ConnectorConfig::from_map(Some(ns.connector.clone()), values, &source)?;
     if let Some(tenant) = from_config
@@ -149,6 +154,22 @@ fn new_config(
         config.values.insert(TENANT.into(), ns.tenant.clone());
     }
     Ok((ns, config))
+}
+
+/// The longest connector name the API takes, in bytes. Every endpoint of a connector
+/// names it in its URL (percent-encoded, up to three times as long), and a URL past about
+/// 64 KiB is refused (414) before it is read: a longer name could be created and never
+/// again paused, stopped or deleted. As long as a file name may be.
+pub(super) const MAX_NAME_BYTES: usize = 255;
+
+/// Why `name` is too long for a connector created over the API, if it is.
+pub(super) fn name_too_long(name: &str) -> Option<String> {
+    (name.len() > MAX_NAME_BYTES).then(|| {
+        format!(
+            "a connector name is at most {MAX_NAME_BYTES} bytes, as every URL of the connector names it; this one is {}",
+            name.len()
+        )
+    })
 }
 
 /// What a config's errors are said to be of: `connector NAME` (or `connector`, nameless).
@@ -379,10 +400,12 @@ fn name_matches_url(values: &mut Map<String, Value>, name: &str) -> Result<(), A
     let unqualified = name.rsplit('/').next().unwrap_or(name);
     unqualify_name(values, name);
     match values.get(NAME) {
-        Some(in_config) if in_config.as_str() != Some(unqualified) => Err(ApiError::bad_request(format!(
-            "Connector name configuration ({}) doesn't match connector name in the URL ({unqualified})",
-            in_config.as_str().map(String::from).unwrap_or_else(|| in_config.to_string())
-        ))),
+        Some(in_config) if crate::config::value_text(in_config).ok().as_deref() != Some(unqualified) => {
+            Err(ApiError::bad_request(format!(
+                "Connector name configuration ({}) doesn't match connector name in the URL ({unqualified})",
+                in_config.as_str().map(String::from).unwrap_or_else(|| in_config.to_string())
+            )))
+        }
         _ => Ok(()),
     }
 }

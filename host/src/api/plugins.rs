@@ -146,8 +146,8 @@ pub async fn validate(
         Some(_) => {}
     }
     let mut problems: Vec<(String, String)> = Vec::new();
-    let connector_name = match values.get(NAME) {
-        Some(Value::String(n)) if !n.is_empty() => n.clone(),
+    let connector_name = match values.get(NAME).and_then(|value| crate::config::value_text(value).ok()) {
+        Some(n) if !n.is_empty() => n,
         _ => {
             problems.push((NAME.into(), "Missing required configuration \"name\" which has no default value.".into()));
             "validate".into()
@@ -157,13 +157,25 @@ pub async fn validate(
     if connector_name.contains('/') && !matches!(caller, Caller::Operator { .. }) {
         problems.push((NAME.into(), super::connectors::slash_refused(&connector_name)));
     }
-    if let (Some(request), Some(given)) = (caller.tenant(), values.get(TENANT).and_then(Value::as_str))
+    let unqualified = connector_name.rsplit('/').next().unwrap_or(&connector_name);
+    if let Some(reason) = super::connectors::name_too_long(unqualified) {
+        problems.push((NAME.into(), reason));
+    }
+    // The tenant the config is checked as, as a create would store it: the caller's, else
+    // (the operator) the one its qualified name names, else the config's own `tenant`
+    // (given as text or a number alike).
+    let given = values.get(TENANT).and_then(|value| crate::config::value_text(value).ok());
+    let qualifier = match caller {
+        Caller::Operator { .. } => connector_name.split_once('/').map(|(tenant, _)| tenant.to_string()),
+        _ => None,
+    };
+    let decided = caller.tenant().map(String::from).or(qualifier);
+    if let (Some(request), Some(given)) = (decided.as_deref(), given.as_deref())
         && request != given
     {
         problems.push((TENANT.into(), super::connectors::not_this_tenant(given, request)));
     }
-    let tenant =
-        caller.tenant().map(String::from).or_else(|| values.get(TENANT).and_then(Value::as_str).map(String::from));
+    let tenant = decided.or(given).unwrap_or_else(|| DEFAULT_TENANT.to_string());
     // Values that are not text (nulls, objects, lists) are problems of their own; the rest
     // of the config is checked without them, so its problems are listed too.
     let mut checked = values.clone();
@@ -172,8 +184,11 @@ pub async fn validate(
         checked.remove(&key);
         problems.push((key, problem.reason));
     }
-    // Checked as the caller's tenant would store it; reported as sent.
-    if let Some(tenant) = tenant.filter(|t| t != DEFAULT_TENANT) {
+    // Checked as the caller's tenant would store it (never as another tenant the body
+    // names); reported as sent.
+    if tenant == DEFAULT_TENANT {
+        checked.remove(TENANT);
+    } else {
         checked.insert(TENANT.into(), Value::String(tenant));
     }
     match ConnectorConfig::from_map(

@@ -44,7 +44,7 @@ pub struct ConnectorConfig {
 
 /// A JSON config value as the text a config holds: strings as they are, numbers and
 /// booleans as written.
-fn value_text(value: &Value) -> Result<String, String> {
+pub fn value_text(value: &Value) -> Result<String, String> {
     match value {
         Value::String(s) => Ok(s.clone()),
         // serde_json reads an integer beyond 64 bits as a float, which would store other

@@ -9,7 +9,7 @@ pub mod keys;
 pub mod transforms;
 mod worker;
 
-pub use connector::{ConfigError, ConnectorConfig};
+pub use connector::{ConfigError, ConnectorConfig, value_text};
 pub use kafka::{InternalTopic, KafkaConfig, check_topic_name};
 pub use keys::{
     CONNECTOR_CLASS, CallTimeouts, ConfigKeyInfo, ConnectorSettings, DestinationKind, ErrorHandling, HOST_KEYS,

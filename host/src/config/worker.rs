@@ -316,6 +316,15 @@ impl WorkerConfig {
                 "tenant {:?}: a tenant name is letters, digits, '_' and '-'",
                 tenant.name
             );
+            // The `default` tenant is the worker's own: its topics have no prefix, it may
+            // override any producer setting, and without roots it may grant any directory.
+            // A token would hand all that to whoever holds it.
+            anyhow::ensure!(
+                tenant.name != DEFAULT_TENANT || tenant.token_sha256.is_none(),
+                "tenant default: token_sha256 is not for the default tenant, the worker's own (its connectors \
+                 are the operator's and `sluice run`'s, unprefixed and unlimited): declare the team's tenant under \
+                 a name of its own"
+            );
             if let Some(hash) = &tenant.token_sha256 {
                 anyhow::ensure!(
                     hash.len() == 64 && hash.chars().all(|c| c.is_ascii_hexdigit()),
@@ -481,6 +490,10 @@ mod tests {
         assert!(worker.tenant("default").unwrap().may_grant(Path::new("/anything")));
         assert!(worker.tenant("nobody").is_none());
         assert!(WorkerConfig::parse("[[tenant]]\nname = \"x\"\ntoken_sha256 = \"plain\"\n").is_err());
+        let default_with_token = format!("[[tenant]]\nname = \"default\"\ntoken_sha256 = \"{}\"\n", "a".repeat(64));
+        let refused = WorkerConfig::parse(&default_with_token).unwrap_err().to_string();
+        assert!(refused.starts_with("tenant default: token_sha256 is not for the default tenant"), "{refused}");
+        assert!(WorkerConfig::parse("[[tenant]]\nname = \"default\"\n[tenant.quotas]\nconnectors = 2\n").is_ok());
         assert!(WorkerConfig::parse("[[tenant]]\nname = \"x\"\nsurprise = 1\n").is_err());
         let worker = WorkerConfig::parse(
             "[defaults]\n\"sandbox.call.timeout.ms\" = 2000\n[sandbox]\nfuel_metering = true\n[storage]\nkind = \"sqlite\"\n",

@@ -461,6 +461,11 @@ impl Herder {
         let mut connectors = self.change().await;
         let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
         let (config, target) = (change(&entry.config)?, entry.target);
+        // Admitted as the tenant it is stored under, never as another its config names.
+        if self.namespace_of(&config) != *ns {
+            let reason = format!("the connector is tenant '{}''s; a patch does not move it to another", ns.tenant);
+            return Err(config.error(crate::config::keys::TENANT, reason).into());
+        }
         let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
         // Stored first, as by `put_config`.
         self.store_config(ns, &config, target)?;

@@ -361,3 +361,97 @@ fn a_connector_that_cannot_come_back_does_not_keep_others_within_the_quota_from_
     let failed = server.call("GET", "/connectors/a-files/status", Some(ACME), None).json();
     assert_eq!(failed["connector"]["state"], "FAILED", "{failed}");
 }
+
+/// The `tenant` key counts by its text, as the config stores it: `"tenant": 42` is tenant
+/// `42`'s, refused from another tenant and honoured by the operator, never a way past the
+/// tenant check (into another tenant, or to grant its directories). Validate checks a
+/// config as the tenant a create would store it under, the operator's qualified name's
+/// too. A name too long for a URL is refused before it is made.
+#[test]
+fn a_tenant_key_counts_by_its_text_and_every_name_made_stays_addressable() {
+    const TENANT_42: &str = "t42-token";
+    let dir = tempfile::tempdir().unwrap();
+    let (acme_root, t42_root) = {
+        let (acme, _) = tenant_roots(dir.path());
+        let t42 = dir.path().join("t42");
+        std::fs::create_dir_all(&t42).unwrap();
+        (acme, std::fs::canonicalize(t42).unwrap())
+    };
+    let toml = format!(
+        "[operator]\ntoken_sha256 = \"{}\"\n\n\
+         [[tenant]]\nname = \"acme\"\ntoken_sha256 = \"{}\"\nroots = [\"{}\"]\n\n\
+         [[tenant]]\nname = \"42\"\ntoken_sha256 = \"{}\"\nroots = [\"{}\"]\n",
+        sluice::config::hash_token(OPERATOR),
+        sluice::config::hash_token(ACME),
+        acme_root.display(),
+        sluice::config::hash_token(TENANT_42),
+        t42_root.display(),
+    );
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, toml).unwrap();
+    let server = Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), Some(&config));
+    let t42 = t42_root.display().to_string();
+    let into_42 = |name: &str| {
+        json!({"name": name, "config": {"connector.class": "counter", "topic": "t", "records.per.second": "10",
+            "tenant": 42, "sandbox.fs.read": t42}})
+        .to_string()
+    };
+    let operator_list = || server.call("GET", "/connectors", Some(OPERATOR), None).json();
+
+    // A tenant's create or patch naming tenant 42 by a number is refused as by text.
+    let refused = server.call("POST", "/connectors", Some(ACME), Some(&into_42("sneak"))).assert_error(400);
+    assert!(refused.contains("tenant") && refused.contains("'42' is not the tenant of this request"), "{refused}");
+    assert_eq!(server.call("POST", "/connectors", Some(ACME), Some(&counter("own", "mine"))).status, 201);
+    let patch = json!({"tenant": 42, "sandbox.fs.read": t42}).to_string();
+    let refused = server.call("PATCH", "/connectors/own/config", Some(ACME), Some(&patch)).assert_error(400);
+    assert!(refused.contains("tenant"), "{refused}");
+    assert!(server.call("GET", "/connectors/own/config", Some(ACME), None).json().get("sandbox.fs.read").is_none());
+    // The operator's PUT of the default tenant's name: the URL to use, as with text.
+    let put = json!({"connector.class": "counter", "topic": "x", "tenant": 42}).to_string();
+    let refused = server.call("PUT", "/connectors/sneak/config", Some(OPERATOR), Some(&put)).assert_error(400);
+    assert!(refused.contains("/connectors/42%2Fsneak/config"), "{refused}");
+    // The operator's create goes to tenant 42, and says so.
+    let made = server.call("POST", "/connectors", Some(OPERATOR), Some(&into_42("n42")));
+    assert_eq!(made.status, 201, "{made:?}");
+    assert_eq!(made.header("Location"), Some("/connectors/42%2Fn42"));
+    assert_eq!(made.json()["name"], "42/n42");
+    let listed = operator_list();
+    assert!(listed.as_array().unwrap().contains(&json!("42/n42")), "{listed}");
+    assert!(!listed.as_array().unwrap().contains(&json!("42/sneak")), "{listed}");
+    assert_eq!(server.call("GET", "/connectors", Some(TENANT_42), None).json(), json!(["n42"]));
+
+    // Validate checks as the caller's tenant whatever the body says, and as the tenant an
+    // operator's qualified name names: a directory of tenant 42 is outside acme's roots.
+    let validate = |token: &str, config: serde_json::Value| {
+        let report =
+            server.call("PUT", "/connector-plugins/counter/config/validate", Some(token), Some(&config.to_string()));
+        let report = report.json();
+        report["configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["value"]["name"] == "sandbox.fs.read")
+            .flat_map(|c| c["value"]["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap().to_string()))
+            .collect::<Vec<_>>()
+    };
+    for tenant in [json!("42"), json!(42)] {
+        let errors = validate(ACME, json!({"name": "v", "topic": "t", "tenant": tenant, "sandbox.fs.read": t42}));
+        assert!(errors.iter().any(|e| e.contains("outside tenant acme's roots")), "{errors:?}");
+    }
+    let errors = validate(OPERATOR, json!({"name": "acme/v", "topic": "t", "sandbox.fs.read": t42}));
+    assert!(errors.iter().any(|e| e.contains("outside tenant acme's roots")), "{errors:?}");
+    assert!(validate(OPERATOR, json!({"name": "42/v", "topic": "t", "sandbox.fs.read": t42})).is_empty());
+
+    // Names: a number in a body's `name` is the URL's name; a name past 255 bytes is
+    // refused (it could never be addressed again), one of 255 is made and deleted.
+    let numeric = json!({"connector.class": "counter", "topic": "t", "name": 5, "records.per.second": "10"});
+    assert_eq!(server.call("PUT", "/connectors/5/config", Some(ACME), Some(&numeric.to_string())).status, 201);
+    assert_eq!(server.call("DELETE", "/connectors/5", Some(ACME), None).status, 204);
+    let long = "é".repeat(128);
+    let refused = server.call("POST", "/connectors", Some(ACME), Some(&counter(&long, "t"))).assert_error(400);
+    assert!(refused.contains("at most 255 bytes") && refused.contains("256"), "{refused}");
+    let longest = format!("{}x", "é".repeat(127));
+    assert_eq!(server.call("POST", "/connectors", Some(ACME), Some(&counter(&longest, "t"))).status, 201);
+    let path = format!("/connectors/{}", longest.replace('é', "%C3%A9"));
+    assert_eq!(server.call("DELETE", &path, Some(ACME), None).status, 204);
+}
