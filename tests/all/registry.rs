@@ -277,3 +277,51 @@ async fn a_look_at_the_folder_passes_over_slow_loads_of_an_earlier_look() {
         assert_reason(&registry, file, "version");
     }
 }
+
+/// The compile cache, shared by every data directory of the user, does not grow for good:
+/// what no worker used for a month (an older build of a plugin, an unfinished write, an
+/// index entry of a file long gone) is removed, while what a load uses has its time renewed
+/// and is kept, and files the cache did not write are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compile_cache_entries_unused_for_a_month_are_removed_and_used_ones_kept() {
+    use sha2::Digest;
+    use sluice::runtime::registry::{CACHE_UNUSED_FOR, Pruned, prune_compile_cache};
+    let (dir, old_dir, cache) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::copy(plugin_file("counter"), dir.path().join("counter.wasm")).unwrap();
+    std::fs::copy(plugin_file("counter-next"), old_dir.path().join("counter.wasm")).unwrap();
+    assert!(!load(old_dir.path(), cache.path()).await.get("counter").unwrap().from_cache);
+    assert!(!load(dir.path(), cache.path()).await.get("counter").unwrap().from_cache);
+    std::fs::create_dir_all(cache.path().join("files")).unwrap();
+    std::fs::write(cache.path().join("files").join("0123456789abcdef0123456789abcdef"), b"gone").unwrap();
+    std::fs::write(cache.path().join(".4242.7.tmp"), b"cut short").unwrap();
+    std::fs::write(cache.path().join("notes.txt"), b"the user's own").unwrap();
+    // Everything in the cache last used 40 days ago...
+    let forty_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(40 * 24 * 60 * 60);
+    let files = |dir: &Path| std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file());
+    for file in files(cache.path()).chain(files(&cache.path().join("files"))) {
+        std::fs::File::open(&file).unwrap().set_modified(forty_days_ago).unwrap();
+    }
+    // ... but the counter, used again now.
+    assert!(load(dir.path(), cache.path()).await.get("counter").unwrap().from_cache);
+
+    let pruned = prune_compile_cache(cache.path(), CACHE_UNUSED_FOR);
+    // (More when the loads above came two seconds after the copies: then the files were
+    // indexed too, and counter-next's index entry goes as well.)
+    assert!(pruned.files >= 4, "counter-next's code and metadata, the write cut short, the index entry: {pruned:?}");
+    let mut left: Vec<_> = files(cache.path()).map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left.len(), 3, "{left:?}");
+    assert!(left[0].ends_with(".cwasm") && left[1].ends_with(".meta.json") && left[2] == "notes.txt", "{left:?}");
+    let counter = sha2::Sha256::digest(std::fs::read(dir.path().join("counter.wasm")).unwrap());
+    let counter: String = counter.iter().map(|b| format!("{b:02x}")).collect();
+    for index in files(&cache.path().join("files")) {
+        assert_eq!(std::fs::read_to_string(&index).unwrap(), counter, "only the counter's index entry may be left");
+    }
+    assert_eq!(prune_compile_cache(cache.path(), CACHE_UNUSED_FOR), Pruned::default(), "nothing else is old");
+    assert!(load(dir.path(), cache.path()).await.get("counter").unwrap().from_cache, "what was used is kept");
+    assert!(
+        !load(old_dir.path(), cache.path()).await.get("counter").unwrap().from_cache,
+        "what was not is compiled again"
+    );
+}

@@ -4,7 +4,8 @@
 //! said about itself (`version`, `config-def`) beside it, so a cached plugin loads without
 //! being instantiated, and an index from each file's stat to its content hash, so a file
 //! loaded before is not even read again. A bad file is reported with its name and the
-//! reason and never stops the others loading.
+//! reason and never stops the others loading. The cache is kept from growing for good:
+//! what no worker has used for [`CACHE_UNUSED_FOR`] is removed when a worker starts.
 //!
 //! The folder is live: [`Registry::refresh`] loads files added or changed since the last
 //! look (a file still being copied fails and is tried again when it changes) and forgets
@@ -220,6 +221,7 @@ impl Registry {
             folder_loads: tokio::sync::Semaphore::new(LOADS_AT_ONCE),
             queued: std::sync::Mutex::default(),
         };
+        prune_once_per_process(cache_dir);
         match only {
             None => drop(registry.refresh(runtime).await?),
             Some(only) => drop(registry.refresh_matching(runtime, |name| only.contains(name), None).await?),
@@ -507,10 +509,12 @@ async fn load_plugin(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result
     let name = plugin_name(file).ok_or("its name is not valid UTF-8 or has a control or bidirectional character")?;
     let started = Instant::now();
     let stat = std::fs::metadata(file).ok().map(|meta| (stat_key(file, &meta), settled(&meta)));
-    let indexed = stat.as_ref().and_then(|(key, _)| std::fs::read_to_string(index_path(cache_dir, key)).ok());
-    if let Some(content) = indexed
+    let index = stat.as_ref().map(|(key, _)| index_path(cache_dir, key));
+    let indexed = index.as_ref().and_then(|index| std::fs::read_to_string(index).ok());
+    if let (Some(content), Some(index)) = (indexed, &index)
         && let Some(plugin) = load_indexed(runtime, &name, file, content.trim(), cache_dir, started)
     {
+        mark_used(index);
         return Ok(plugin);
     }
     let bytes = read_bounded(file)?;
@@ -575,6 +579,8 @@ fn load_indexed(
     let component = unsafe { Component::deserialize_file(&runtime.engine, &compiled) }.ok()?;
     let pre = link(runtime, &component).ok()?;
     let compile_time = started.elapsed();
+    mark_used(&compiled.with_extension("meta.json"));
+    mark_used(&compiled);
     Some(Plugin { name: name.into(), file: file.into(), version, config_def, from_cache: true, compile_time, pre })
 }
 
@@ -737,7 +743,11 @@ fn compile_cached(
         // SAFETY: the cache directory is written only by this function, from components
         // this engine compiled; a file that fails wasmtime's header checks is recompiled.
         match unsafe { Component::deserialize_file(&runtime.engine, &path) } {
-            Ok(component) => return Ok((component, true, path)),
+            Ok(component) => {
+                mark_used(&path);
+                mark_used(&path.with_extension("meta.json"));
+                return Ok((component, true, path));
+            }
             Err(e) => tracing::warn!("ignoring unusable compiled cache entry {}: {e:#}", path.display()),
         }
     }
@@ -753,6 +763,91 @@ fn compile_cached(
     // SAFETY: `compiled` was produced by this engine a moment ago.
     let component = unsafe { Component::deserialize(&runtime.engine, &compiled) }.map_err(|e| format!("{e:#}"))?;
     Ok((component, false, path))
+}
+
+/// How long a compile cache entry may go unused before a worker's start removes it. The
+/// cache is shared by every data directory of the user and keyed by content and engine,
+/// so each rebuilt plugin and each Sluice upgrade leaves entries no worker asks for again
+/// (a compiled Python plugin is about 100 MB). A month, as cargo's cache cleaning.
+pub const CACHE_UNUSED_FOR: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+/// How often an entry in use has its time renewed: loads write nothing most days.
+const CACHE_MARK_EVERY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// What [`prune_compile_cache`] removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    pub files: usize,
+    pub bytes: u64,
+}
+
+/// Renews an entry's modification time, the time it was last used, when it is older than
+/// [`CACHE_MARK_EVERY`]. A cache the worker may not write is used as it is.
+fn mark_used(path: &Path) {
+    let now = std::time::SystemTime::now();
+    let modified = std::fs::metadata(path).and_then(|meta| meta.modified());
+    if modified.is_ok_and(|time| now.duration_since(time).is_ok_and(|age| age >= CACHE_MARK_EVERY))
+        && let Ok(file) = std::fs::File::open(path)
+    {
+        let _ = file.set_modified(now);
+    }
+}
+
+/// Removes the compile cache's entries (compiled code, metadata, the stat index's entries,
+/// and writes a crash cut short) that no worker has used for `unused_for`. Only names the
+/// cache itself writes are removed; anything else in the folder is left alone. An entry
+/// removed while another worker loads it is compiled again by that worker.
+pub fn prune_compile_cache(cache_dir: &Path, unused_for: Duration) -> Pruned {
+    let is_hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let is_entry = |name: &str| {
+        let stem = name.strip_suffix(".cwasm").or_else(|| name.strip_suffix(".meta.json"));
+        stem.and_then(|stem| stem.split_once('-'))
+            .is_some_and(|(content, engine)| is_hex(content, 64) && is_hex(engine, 16))
+    };
+    // `.<pid>.<n>.tmp`, left by a worker killed while it wrote.
+    let is_unfinished_write = |name: &str| {
+        name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")).and_then(|n| n.split_once('.')).is_some_and(
+            |(pid, n)| !pid.is_empty() && !n.is_empty() && (pid.bytes().chain(n.bytes())).all(|b| b.is_ascii_digit()),
+        )
+    };
+    let mut pruned = Pruned::default();
+    let mut prune_in = |dir: &Path, ours: &dyn Fn(&str) -> bool| {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str().filter(|name| ours(name)) else { continue };
+            let Ok(meta) = entry.metadata() else { continue };
+            let unused = meta.modified().ok().and_then(|time| time.elapsed().ok()).is_some_and(|age| age >= unused_for);
+            if meta.is_file() && unused && std::fs::remove_file(entry.path()).is_ok() {
+                tracing::debug!("removed {} from the compile cache: unused for {unused_for:?}", name);
+                pruned.files += 1;
+                pruned.bytes += meta.len();
+            }
+        }
+    };
+    prune_in(cache_dir, &|name| is_entry(name) || is_unfinished_write(name));
+    prune_in(&cache_dir.join("files"), &|name| is_hex(name, 32) || is_unfinished_write(name));
+    pruned
+}
+
+/// [`prune_compile_cache`] with [`CACHE_UNUSED_FOR`], once per cache folder in a process
+/// (a worker's start; tests start many hosts on one cache).
+fn prune_once_per_process(cache_dir: &Path) {
+    static PRUNED: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    if !PRUNED.lock().unwrap().insert(cache_dir.to_path_buf()) {
+        return;
+    }
+    let pruned = prune_compile_cache(cache_dir, CACHE_UNUSED_FOR);
+    if pruned.files > 0 {
+        tracing::info!(
+            "removed {} files ({:.1} MB) unused for {} days from the compile cache {}",
+            pruned.files,
+            pruned.bytes as f64 / 1e6,
+            CACHE_UNUSED_FOR.as_secs() / 86_400,
+            cache_dir.display()
+        );
+    }
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
