@@ -67,6 +67,24 @@ pub fn wait_until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// As [`wait_until`], but a timeout also says what `check` saw last (its `Err`), for a
+/// condition that may fail to settle in a way worth seeing.
+pub fn wait_until_showing<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let started = Instant::now();
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(seen) => {
+                assert!(
+                    started.elapsed() < DEADLINE,
+                    "timed out after {DEADLINE:?} waiting for {what}; last seen: {seen}"
+                )
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
 /// The random source of a crash test: seeded from `CRASH_SEED` when set (to replay a run),
 /// else at random; the seed is printed either way.
 pub fn crash_rng() -> fastrand::Rng {

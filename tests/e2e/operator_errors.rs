@@ -414,20 +414,22 @@ fn a_worker_out_of_sandboxes_names_the_setting_and_the_rest_keep_running() {
     let mut child = sluice_run_with(&toml, &data, &both);
     use sluice::storage::State;
     // Each sandbox's state and trace: a connector's, then its tasks'.
-    let settled = wait_until("three sandboxes running and the rest failed", || {
-        let statuses = crate::stores(&data).ok()?.statuses().statuses(DEFAULT_TENANT).ok()?;
+    let settled = crate::wait_until_showing("three sandboxes running and the rest failed", || {
+        let statuses = crate::stores(&data)
+            .and_then(|stores| stores.statuses().statuses(DEFAULT_TENANT))
+            .map_err(|e| format!("no statuses: {e:#}"))?;
         let mut sandboxes = Vec::new();
         for status in statuses.iter().filter(|s| s.name == "one" || s.name == "two") {
             sandboxes.push((status.connector.state, status.connector.trace.clone()));
             // A connector that could not start has no tasks; one that did has both.
             if status.connector.state != State::Failed && status.tasks.len() != 2 {
-                return None;
+                return Err(format!("{statuses:#?}"));
             }
             sandboxes.extend(status.tasks.iter().map(|t| (t.state, t.trace.clone())));
         }
         let running = sandboxes.iter().filter(|(state, _)| *state == State::Running).count();
         let settled = sandboxes.iter().all(|(state, _)| matches!(state, State::Running | State::Failed));
-        (statuses.len() == 2 && running == 3 && settled).then_some(sandboxes)
+        if statuses.len() == 2 && running == 3 && settled { Ok(sandboxes) } else { Err(format!("{statuses:#?}")) }
     });
     child.kill().unwrap();
     child.wait().unwrap();
