@@ -309,8 +309,10 @@ async fn copytruncate_reads_the_new_lines_from_the_start() {
     assert_eq!(offset["line"], 300, "file.line counts the new version's lines: {offset}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_recursive_listing_never_reads_its_own_success_folder() {
+/// A recursive listing holding the success folder (`move` into `done/` inside it) never
+/// reads it, nor moves its files one folder deeper at every listing, also when the folder
+/// is named through a symbolic link from outside the listing.
+async fn a_recursive_listing_holding_its_success_folder(named_through_a_link: bool) {
     let host = TestHost::new(&["file-pulse"]).await;
     let dirs = Dirs::new();
     let done = dirs.inbox.path().join("done");
@@ -319,12 +321,19 @@ async fn a_recursive_listing_never_reads_its_own_success_folder() {
     drop_file(dirs.inbox.path(), "a.log", b"a 1\na 2\n");
     std::fs::create_dir(dirs.inbox.path().join("sub")).unwrap();
     drop_file(&dirs.inbox.path().join("sub"), "b.log", b"b 1\n");
-    let config = dirs.config(&[
+    let link = dirs.done.path().join("archive");
+    std::os::unix::fs::symlink(&done, &link).unwrap();
+    let (link, inbox) = (link.to_string_lossy().into_owned(), Dirs::path(&dirs.inbox));
+    let writable = format!("{inbox},{link}");
+    let mut config = vec![
         ("fs.listing.recursive", "true"),
         ("fs.cleanup.policy", "move"),
-        ("fs.cleanup.policy.move.success.path", &done),
-    ]);
-    host.start(pulse("pulse", &config)).await;
+        ("fs.cleanup.policy.move.success.path", if named_through_a_link { &link } else { &done }),
+    ];
+    if named_through_a_link {
+        config.push(("sandbox.fs.write", &writable));
+    }
+    host.start(pulse("pulse", &dirs.config(&config))).await;
     wait_until("both files archived", || {
         (Path::new(&done).join("a.log").exists() && Path::new(&done).join("sub/b.log").exists()).then_some(())
     })
@@ -337,6 +346,41 @@ async fn a_recursive_listing_never_reads_its_own_success_folder() {
     }
     assert_eq!(host.values("lines"), ["a 1", "a 2", "b 1"]);
     assert!(!Path::new(&done).join("done").exists(), "a file was moved into done/done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recursive_listing_never_reads_its_own_success_folder() {
+    a_recursive_listing_holding_its_success_folder(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recursive_listing_never_reads_its_own_success_folder_named_through_a_link() {
+    a_recursive_listing_holding_its_success_folder(true).await;
+}
+
+/// A success folder that is the listed directory itself, named through a symbolic link:
+/// refused when the connector starts, naming the key (files moved there would be listed,
+/// and renamed, again and again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_folder_that_is_the_listed_directory_through_a_link_is_refused() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let link = dirs.done.path().join("inbox-again");
+    std::os::unix::fs::symlink(dirs.inbox.path(), &link).unwrap();
+    let link = link.to_string_lossy().into_owned();
+    let writable = format!("{},{link}", Dirs::path(&dirs.inbox));
+    let config = dirs.config(&[
+        ("fs.cleanup.policy", "move"),
+        ("fs.cleanup.policy.move.success.path", &link),
+        ("sandbox.fs.write", &writable),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    let status = host.wait_state("pulse", State::Failed).await;
+    let trace = status.connector.trace.unwrap_or_default();
+    assert!(
+        trace.contains("fs.cleanup.policy.move.success.path") && trace.contains("is the listed directory itself"),
+        "{trace}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1551,4 +1595,40 @@ async fn copytruncate_under_a_writer_that_does_not_append_sends_its_next_lines()
     let expected: Vec<String> = old.iter().chain(&new).cloned().collect();
     wait_until("the new lines", || (host.values("lines").len() >= expected.len()).then_some(())).await;
     assert_eq!(host.values("lines"), expected);
+}
+
+/// A `.gz` rewritten in place (`cp` over it, `cat new.gz > it`) while its task still has it
+/// open (tail mode, or eof mode within `eof.quiet.ms`): its first bytes decompressed are
+/// not the ones read, so the new content is read from its start, once, nothing of it
+/// skipped as if it were what was read, and no line cut at the old position.
+async fn gz_rewritten_in_place_while_open(completion: &str) {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let config = [("file.completion", completion), ("eof.quiet.ms", "3000"), ("tail.idle.ms", "3000")];
+    host.start(pulse("pulse", &dirs.config(&config))).await;
+    let path = dirs.inbox.path().join("export.csv.gz");
+    let first: Vec<String> = (1..=50).map(|i| format!("v1-line-{i:04}")).collect();
+    let second: Vec<String> = (1..=400).map(|i| format!("second-version-row-{i:07}")).collect();
+    std::fs::write(&path, gzip(&format!("{}\n", first.join("\n")))).unwrap();
+    wait_until("the first version read", || (host.values("lines").len() == first.len()).then_some(())).await;
+    let inode_before = inode(&path);
+    std::fs::write(&path, gzip(&format!("{}\n", second.join("\n")))).unwrap();
+    assert_eq!(inode(&path), inode_before, "rewritten in place");
+    wait_until("the file finished", || {
+        let offset = offsets_by_path(&host).remove("export.csv.gz")?;
+        (offset["done"] == true && offset["position"] != 0).then_some(())
+    })
+    .await;
+    let expected: Vec<String> = first.iter().chain(&second).cloned().collect();
+    assert_eq!(host.values("lines"), expected, "{completion}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gz_rewritten_in_place_while_followed_is_read_again_from_its_start() {
+    gz_rewritten_in_place_while_open("tail").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gz_rewritten_in_place_while_it_waits_to_be_quiet_is_read_again_from_its_start() {
+    gz_rewritten_in_place_while_open("eof").await;
 }

@@ -344,6 +344,10 @@ struct ConnectorState {
     max_tasks: usize,
     /// The listed directory's own paths that a recursive walk must not enter.
     excluded: BTreeSet<String>,
+    /// The identities of the success and failure folders (under `move`), looked at when a
+    /// walk starts: a folder of the listing that is one of them, named through a link, is
+    /// not entered either (its files were moved one folder deeper at every listing).
+    excluded_ids: Vec<String>,
     /// Files cleaned up since the last tick's summary line: finished ones, and failed
     /// ones moved to the failure path.
     cleaned: u64,
@@ -489,7 +493,13 @@ impl ConnectorState {
                 ));
             }
             match entry.type_ {
-                DescriptorType::Directory if settings.recursive && !self.excluded.contains(&relative) => {
+                DescriptorType::Directory
+                    if settings.recursive
+                        && !self.excluded.contains(&relative)
+                        && (self.excluded_ids.is_empty()
+                            || identity(&format!("{}/{relative}", settings.directory))
+                                .is_none_or(|id| !self.excluded_ids.contains(&id))) =>
+                {
                     walk.dirs.push(relative);
                 }
                 DescriptorType::RegularFile if settings.filter.is_match(&name) => return Some((relative, false, true)),
@@ -1534,6 +1544,19 @@ impl Connector for ConnectorState {
 
     fn start(config: Config) -> Result<Self, Error> {
         let settings = Settings::parse(&config.0).map_err(invalid)?;
+        // The listed directory itself, named through a link: every file moved there would
+        // be listed again, and moved again under a new name, for good.
+        let listed = identity(&settings.directory);
+        for (key, path) in [
+            ("fs.cleanup.policy.move.success.path", &settings.move_success),
+            ("fs.cleanup.policy.move.failure.path", &settings.move_failure),
+        ] {
+            if settings.cleanup == Cleanup::Move && listed.is_some() && identity(path) == listed {
+                return Err(Error::InvalidConfig(format!(
+                    "{key}: '{path}' is the listed directory itself (through a symbolic link): files moved there would be read again"
+                )));
+            }
+        }
         // A recursive walk never enters the connector's own success or failure folders.
         let excluded = [&settings.move_success, &settings.move_failure]
             .into_iter()
@@ -1574,6 +1597,12 @@ impl Connector for ConnectorState {
             self.passes += 1;
             self.last_pass_ms = now;
             self.walk = Some(Walk { pass: self.passes, dirs: vec![String::new()], current: None, undecodable: 0 });
+            let settings = self.settings();
+            self.excluded_ids = [&settings.move_success, &settings.move_failure]
+                .into_iter()
+                .filter(|path| settings.recursive && settings.cleanup == Cleanup::Move && !path.is_empty())
+                .filter_map(|path| identity(path))
+                .collect();
         }
         if self.walk.is_some() {
             self.walk_step();
@@ -1622,6 +1651,9 @@ struct OpenFile {
     /// Where its reader stops: a `.gz`'s size when the reader was made (see
     /// [`PositionalFile::end`]), a plain file's end wherever it is (`u64::MAX`).
     end: u64,
+    /// A `.gz`'s modification time when its reader was made (0 for a plain file): with
+    /// `end`, what tells that it changed under the reader.
+    modified: u64,
 }
 
 struct TaskFile {
@@ -1900,7 +1932,10 @@ impl TaskState {
             }
         }
         let head = Rc::new(RefCell::new(known_head));
-        let end = if compressed { descriptor.stat().map_or(u64::MAX, |stat| stat.size) } else { u64::MAX };
+        let (end, modified) = match descriptor.stat() {
+            Ok(stat) if compressed => (stat.size, mtime_ns(&stat)),
+            _ => (u64::MAX, 0),
+        };
         // A `.gz`'s head is of its decompressed stream (its positions count decompressed
         // bytes), which its reader records; its compressed bytes are not.
         let file_head = if compressed { Rc::new(RefCell::new(Vec::new())) } else { Rc::clone(&head) };
@@ -1946,7 +1981,7 @@ impl TaskState {
         } else {
             LineReader::new(source(file.offset.position), file.offset.position, max_line)
         };
-        file.open = Some(OpenFile { file: descriptor, reader, head, last_poll: self.polls, end });
+        file.open = Some(OpenFile { file: descriptor, reader, head, last_poll: self.polls, end, modified });
         Ok(())
     }
 
@@ -2118,24 +2153,31 @@ impl TaskState {
             return file
                 .restart_version(format!("it shrank to {} bytes, below the {} read", stat.size, file.offset.position));
         }
-        // A `.gz` grown past where its reader stops (a member appended to a followed log,
-        // or its compression still going on): the reader is made again on the same
-        // descriptor (a rotated or removed file has no path to open), decompressing up to
-        // the position, and reads on at the next poll. Finished now, what was added would
-        // never be read.
-        if compressed && stat.size > open.end {
+        // A `.gz` changed since its reader was made: grown past where the reader stops (a
+        // member appended to a followed log, its compression going on), or rewritten in
+        // place. The reader is made again on the same descriptor (a rotated or removed file
+        // has no path to open), decompressing up to the position, and reads on at the next
+        // poll, unless the first bytes decompressed are not the ones read: then it is new
+        // content, read from its start. Finished now, what was added would never be read.
+        if compressed && (stat.size, mtime_ns(&stat)) != (open.end, open.modified) {
             let max_line = file.max_line(settings);
             let descriptor = Rc::clone(&open.file);
             let source = Box::new(PositionalFile { file: descriptor, offset: 0, head: Rc::default(), end: stat.size });
             // The head the offset records is the one the new reader decompresses again.
             let head = Rc::clone(&open.head);
             head.borrow_mut().clear();
-            match LineReader::gzip(source, file.offset.position, max_line, head) {
+            match LineReader::gzip(source, file.offset.position, max_line, Rc::clone(&head)) {
                 Ok(reader) => {
+                    let covers = (file.offset.position as usize).min(HEAD_BYTES);
+                    let now = head_hash(&head.borrow()[..covers.min(head.borrow().len())]);
+                    if file.offset.head.as_ref().is_some_and(|read| *read != now) {
+                        return file.restart_version("its first bytes are not the ones read before (replaced)".into());
+                    }
                     let open = file.open.as_mut().expect("open");
-                    (open.reader, open.end) = (reader, stat.size);
+                    (open.reader, open.end, open.modified) = (reader, stat.size, mtime_ns(&stat));
                 }
-                // Its stream stops mid-way (being written): opened again at a later poll.
+                // Shorter than the position, or its stream stops mid-way (being written):
+                // opened again at a later poll, where what it is now is looked at.
                 Err(_) => file.open = None,
             }
             file.last_growth_ms = now_ms();
