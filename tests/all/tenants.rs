@@ -290,3 +290,27 @@ async fn quotas_cap_what_a_config_leaves_unset_and_every_breach_is_said_by_its_s
         assert!(said.iter().any(|s| s.contains("validate did not return within 1000 ms")), "{said:?}");
     }
 }
+
+/// A task waiting for its tenant's records/s quota (a batch of 10,000 under 10 records/s:
+/// 1,000 s) is stopped at once, its batch dropped undelivered and nothing of it committed
+/// (the next instance polls it again), so a stop, a delete, a new config and SIGTERM do not
+/// wait with it, nor do the other tenants' changes behind the herder's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_its_tenants_records_per_second_is_stopped_at_once() {
+    let toml = "[[tenant]]\nname = \"slow\"\n[tenant.quotas]\nrecords_per_second = 10\n";
+    let host = TestHost::with_tenants(&["counter"], toml).await;
+    let pairs = [("tenant", "slow"), ("topic", "t"), ("batch.size", "10000")];
+    host.start(connector("big", "counter", &pairs)).await;
+    let ns = Namespace::new("slow", "big");
+    let metrics = host.herder.all_metrics().await.into_iter().find(|(n, _)| *n == ns).expect("its metrics").1;
+    let polled =
+        || metrics.tasks().iter().map(|(_, task)| task.polled.load(std::sync::atomic::Ordering::Relaxed)).sum::<u64>();
+    wait_until("a batch polled, now waiting for the quota", || (polled() >= 10_000).then_some(())).await;
+    let stopping = std::time::Instant::now();
+    host.herder.stop_connector(&ns).await.unwrap();
+    let took = stopping.elapsed();
+    assert!(took < std::time::Duration::from_secs(20), "the stop waited {took:?} on the records/s quota");
+    let stored = host.herder.services().stores.local().read("slow", "t", 0, 10).unwrap();
+    assert!(stored.is_empty(), "the batch waiting for the quota was delivered: {}", stored.len());
+    assert_eq!(host.herder.offsets(&ns).await.unwrap(), Vec::new(), "an offset of the dropped batch was committed");
+}

@@ -341,7 +341,17 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
                     // count against the tenant's rate too.
                     Batch::Unchecked(batch) => (batch.records.len(), Outgoing::Unchecked(batch)),
                 };
-                services.rates.throttle(&spec.namespace.tenant, counted as u64).await;
+                // The tenant's records/s, unless the task is stopped meanwhile: a big batch
+                // under a low quota waits minutes, and a stop (SIGTERM, a delete, a new
+                // config) must not wait with it. Stopped, the batch is dropped undelivered:
+                // nothing of it is committed, so the next instance polls it again.
+                let throttled = tokio::select! {
+                    _ = services.rates.throttle(&spec.namespace.tenant, counted as u64) => true,
+                    _ = stopped(stop) => false,
+                };
+                if !throttled {
+                    break;
+                }
                 let writes = placement.writes.clone();
                 in_flight.push(deliver(spec, destination.clone(), id, stop.clone(), outgoing, (&lane, &gate), writes));
                 // At most this many batches wait for the destination: past it, the task
