@@ -439,10 +439,10 @@ pub async fn patch_config(
         .herder
         .patch_config(&ns, |current| {
             let mut values = config_body(&caller, current).as_object().cloned().expect("a config is an object");
-            for (key, value) in patch {
+            for (key, value) in &patch {
                 match value {
-                    Value::Null => values.remove(&key),
-                    value => values.insert(key, value),
+                    Value::Null => values.remove(key),
+                    value => values.insert(key.clone(), value.clone()),
                 };
             }
             let (_, config) = new_config(&caller, &name, &values, NamedBy::Url).map_err(refused)?;

@@ -123,6 +123,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .fallback(|| async {
             ApiError::not_found("HTTP 404 Not Found: no such path in this API (GET /openapi.json lists them)")
         })
+        .layer(axum::middleware::from_fn(finish_when_the_client_leaves))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard::refuse_foreign_pages))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -141,6 +142,22 @@ pub fn router(state: Arc<ApiState>) -> Router {
         }))
         .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
+}
+
+/// Runs a request's handler as a task of its own, which this one awaits: a change to the
+/// connectors runs to its end when its client goes away. A handler is dropped with its
+/// connection, and a change may take a connector's stop deadline (up to 60 s, longer than
+/// many clients wait, and Ctrl-C): dropped half way, a delete had taken the connector out
+/// of the list and never out of the metrics, and an update had stored the new config and
+/// never started it.
+async fn finish_when_the_client_leaves(request: Request, next: axum::middleware::Next) -> Response {
+    match tokio::spawn(next.run(request)).await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::error!("a REST request handler failed: {e}");
+            error_response(StatusCode::INTERNAL_SERVER_ERROR, "Internal error (logged)")
+        }
+    }
 }
 
 /// How long a client may take to send a request's headers, and an idle kept-alive

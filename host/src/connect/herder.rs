@@ -448,33 +448,76 @@ impl Herder {
         Ok(false)
     }
 
-    /// Replaces a connector's config with what `change` makes of it, under the lock that
-    /// creates, updates and deletes take (two patches of different keys both stay), and
-    /// restarts it in its target state. `NotFound` if there is no such connector: a patch
-    /// never creates one.
+    /// Replaces a connector's config with what `change` makes of it and restarts it in its
+    /// target state. The new config is admitted (its plugin loaded, its `validate` called,
+    /// which may take the call's whole deadline) without the lock that creates, updates and
+    /// deletes take, as a create's is, so nobody else's change waits on it; under the lock
+    /// the patch is applied again to the config then current if another change came in
+    /// between (two patches of different keys both stay), and after a few such rounds it
+    /// is admitted under the lock. `NotFound` if there is no such connector: a patch never
+    /// creates one.
     pub async fn patch_config(
         &self,
         ns: &Namespace,
-        change: impl FnOnce(&ConnectorConfig) -> Result<ConnectorConfig, HerderError>,
+        mut change: impl FnMut(&ConnectorConfig) -> Result<ConnectorConfig, HerderError>,
     ) -> Result<ConnectorConfig, HerderError> {
-        self.load_plugin_of_connector(ns).await;
-        let mut connectors = self.change().await;
-        let entry = connectors.get(ns).ok_or_else(|| HerderError::NotFound(ns.connector.clone()))?;
-        let (config, target) = (change(&entry.config)?, entry.target);
-        // Admitted as the tenant it is stored under, never as another its config names.
+        /// Rounds admitted without the lock before one is admitted under it.
+        const UNLOCKED_ROUNDS: usize = 3;
+        let not_found = || HerderError::NotFound(ns.connector.clone());
+        for round in 0..=UNLOCKED_ROUNDS {
+            let locked = round == UNLOCKED_ROUNDS;
+            let mut admitted_unlocked = None;
+            let mut connectors = if locked {
+                self.load_plugin_of_connector(ns).await;
+                self.change().await
+            } else {
+                let (current, _) = self.connector(ns).await.ok_or_else(not_found)?;
+                let config = self.patched(ns, &current, &mut change)?;
+                let admitted = self.admit_unlocked(&config).await?;
+                admitted_unlocked = Some((current, config, admitted));
+                self.change().await
+            };
+            let entry = connectors.get(ns).ok_or_else(not_found)?;
+            let target = entry.target;
+            let (config, admitted) = match admitted_unlocked {
+                // Changed meanwhile: the patch is applied to what is there now.
+                Some((current, _, _)) if current.values != entry.config.values => continue,
+                Some((_, config, mut admitted)) => {
+                    admission::recheck_tenant(&self.services, &config, &mut admitted, &self.running(&connectors))?;
+                    (config, admitted)
+                }
+                None => {
+                    let config = self.patched(ns, &entry.config, &mut change)?;
+                    let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
+                    (config, admitted)
+                }
+            };
+            // Stored first, as by `put_config`.
+            self.store_config(ns, &config, target)?;
+            let old = connectors.remove(ns).expect("checked above");
+            if let Some(run) = old.run {
+                run.stop().await;
+            }
+            let entry = self.launch(ns, config.clone(), admitted, target, false);
+            connectors.insert(ns.clone(), entry);
+            return Ok(config);
+        }
+        unreachable!("the last round is admitted under the lock")
+    }
+
+    /// What `change` makes of `current`, refused when it names another tenant than the one
+    /// the connector is stored under: a patch does not move a connector.
+    fn patched(
+        &self,
+        ns: &Namespace,
+        current: &ConnectorConfig,
+        change: &mut impl FnMut(&ConnectorConfig) -> Result<ConnectorConfig, HerderError>,
+    ) -> Result<ConnectorConfig, HerderError> {
+        let config = change(current)?;
         if self.namespace_of(&config) != *ns {
             let reason = format!("the connector is tenant '{}''s; a patch does not move it to another", ns.tenant);
             return Err(config.error(crate::config::keys::TENANT, reason).into());
         }
-        let admitted = admission::admit(&self.services, &config, &self.running(&connectors)).await?;
-        // Stored first, as by `put_config`.
-        self.store_config(ns, &config, target)?;
-        let old = connectors.remove(ns).expect("checked above");
-        if let Some(run) = old.run {
-            run.stop().await;
-        }
-        let entry = self.launch(ns, config.clone(), admitted, target, false);
-        connectors.insert(ns.clone(), entry);
         Ok(config)
     }
 

@@ -181,3 +181,92 @@ fn a_create_waiting_on_a_plugins_validate_holds_up_no_read_and_no_other_change()
     server.wait_for("steady paused", "/connectors/steady/status", None, |s| s["connector"]["state"] == "PAUSED");
     assert_eq!(server.get("/connectors").json(), json!(["steady"]));
 }
+
+/// A patch is admitted as a create is, its plugin's `validate` called without the lock
+/// that changes take: while one tenant's patch waits on a `validate` that runs to its
+/// deadline, other connectors are paused and created at once, and the patch is then
+/// refused saying why, the connector left as it was.
+#[test]
+fn a_patch_waiting_on_a_plugins_validate_holds_up_no_other_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let server =
+        Arc::new(Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter", "hostile"]), None));
+    let steady = json!({"name": "steady", "config": {"connector.class": "counter", "topic": "steady", "records.per.second": "10"}});
+    assert_eq!(server.call("POST", "/connectors", None, Some(&steady.to_string())).status, 201);
+    let slow = json!({"name": "slow", "config": {"connector.class": "hostile", "topic": "slow",
+        "hostile.attack": "sleep-in-validate", "hostile.sleep.ms": "0"}});
+    assert_eq!(server.call("POST", "/connectors", None, Some(&slow.to_string())).status, 201);
+    server.wait_for("steady running", "/connectors/steady/status", None, |s| s["connector"]["state"] == "RUNNING");
+    // Now its `validate` sleeps past its 10 s deadline.
+    let patcher = server.clone();
+    let patch = std::thread::spawn(move || {
+        patcher.call("PATCH", "/connectors/slow/config", None, Some(r#"{"hostile.sleep.ms": "60000"}"#))
+    });
+    let mut changes_meanwhile = 0;
+    let mut slowest = std::time::Duration::ZERO;
+    let mut made = 0;
+    while !patch.is_finished() {
+        let started = std::time::Instant::now();
+        let (pause, resume) = ("/connectors/steady/pause", "/connectors/steady/resume");
+        assert_eq!(server.call("PUT", if made % 2 == 0 { pause } else { resume }, None, None).status, 202);
+        if made < 5 {
+            let other = json!({"name": format!("made-{made}"), "config": {"connector.class": "counter", "topic": "m",
+                "records.per.second": "1"}});
+            let created = server.call("POST", "/connectors", None, Some(&other.to_string()));
+            assert_eq!(created.status, 201, "{created:?}");
+        } else {
+            assert_eq!(server.get("/connectors/steady/status").json()["name"], "steady");
+        }
+        made += 1;
+        let took = started.elapsed();
+        if !patch.is_finished() {
+            changes_meanwhile += 1;
+            slowest = slowest.max(took);
+        }
+    }
+    let refused = patch.join().unwrap();
+    assert!(refused.assert_error(400).contains("validate"), "{refused:?}");
+    assert!(changes_meanwhile >= 3, "only {changes_meanwhile} rounds of changes while the patch waited");
+    assert!(slowest < std::time::Duration::from_secs(5), "a change waited {slowest:?} behind the patch");
+    assert_eq!(server.get("/connectors/slow/config").json()["hostile.sleep.ms"], "0", "the refused patch changed it");
+}
+
+/// A change whose client goes away before it is answered (a client's timeout shorter than
+/// a connector's stop, Ctrl-C) runs to its end all the same: a delete takes the connector
+/// out of the list and the metrics, an update starts the connector with its new config.
+#[test]
+fn a_change_whose_client_goes_away_is_finished_all_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter", "hostile"]), None);
+    // Its `stop` sleeps 3 s: each change below takes that long.
+    let config = |topic: &str| {
+        json!({"connector.class": "hostile", "topic": topic, "hostile.attack": "sleep-in-stop",
+            "hostile.sleep.ms": "3000"})
+        .to_string()
+    };
+    let good =
+        json!({"name": "good", "config": {"connector.class": "counter", "topic": "n", "records.per.second": "10"}});
+    assert_eq!(server.call("POST", "/connectors", None, Some(&good.to_string())).status, 201);
+    assert_eq!(server.call("PUT", "/connectors/slow/config", None, Some(&config("first"))).status, 201);
+    server.wait_for("slow running", "/connectors/slow/status", None, |s| s["connector"]["state"] == "RUNNING");
+    // A client that waits 1 s for the answer, then gives up and closes its connection.
+    let send_and_leave = |method: &str, path: &str, body: &str| {
+        let agent = ureq::AgentBuilder::new().timeout(std::time::Duration::from_secs(1)).build();
+        let request = agent.request(method, &format!("{}{path}", server.base)).set("Content-Type", "application/json");
+        let answer = if body.is_empty() { request.call() } else { request.send_string(body) };
+        assert!(matches!(answer, Err(ureq::Error::Transport(_))), "answered within 1 s: {answer:?}");
+    };
+    send_and_leave("PUT", "/connectors/slow/config", &config("second"));
+    server.wait_for("slow running with its new config", "/connectors/slow/config", None, |c| c["topic"] == "second");
+    server.wait_for("slow running again", "/connectors/slow/status", None, |s| s["connector"]["state"] == "RUNNING");
+    assert!(server.get("/connectors").json().as_array().unwrap().contains(&json!("slow")));
+    send_and_leave("DELETE", "/connectors/slow", "");
+    wait_until("slow gone from the list and the metrics", || {
+        let listed = server.get("/connectors").json();
+        let metrics = server.get("/metrics").body;
+        (listed == json!(["good"])
+            && !metrics.contains("connector=\"slow\"")
+            && metrics.contains("sluice_connector_count 1"))
+        .then_some(())
+    });
+}
