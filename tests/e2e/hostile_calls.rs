@@ -312,3 +312,40 @@ fn a_sleep_in_version_at_load_delays_nothing_past_its_deadline() {
 fn a_sleep_in_config_def_at_load_delays_nothing_past_its_deadline() {
     load_is_bounded("slow-config-def", "config-def");
 }
+
+/// A connector whose `stop` sleeps past its deadline does not take its tasks' share of it:
+/// they stop beside it, each committing what it delivered and stopping within the deadline,
+/// so SIGTERM says nothing of batches to be sent again after a restart.
+#[test]
+fn a_connector_whose_stop_sleeps_leaves_its_tasks_their_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(test_plugin("hostile"), plugins.join("hostile.wasm")).unwrap();
+    let config = serde_json::json!({"name": "slow-stop", "config": {"connector.class": "hostile", "topic": "h",
+        "hostile.attack": "sleep-in-stop", "hostile.sleep.ms": "60000", "tasks.max": "2",
+        "sandbox.call.timeout.ms": "3000"}});
+    let file = connector_file(dir.path(), "slow-stop.json", &config.to_string());
+    let (data, log) = (dir.path().join("data"), dir.path().join("sluice.log"));
+    let mut child = sluice()
+        .env("SLUICE_LOG", "warn")
+        .args(["run", "--plugin-path"])
+        .arg(&plugins)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg(&file)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until("both tasks running", || {
+        let stores = crate::stores(&data).ok()?;
+        let status = stores.statuses().statuses(DEFAULT_TENANT).ok()?.into_iter().find(|s| s.name == "slow-stop")?;
+        (status.tasks.len() == 2 && status.tasks.iter().all(|t| t.state == State::Running)).then_some(())
+    });
+    let term = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(term.success());
+    let status = wait_until("sluice run to end", || child.try_wait().unwrap());
+    assert_eq!(status.code(), Some(0));
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(!log.contains("did not settle by the stop deadline"), "a task's stop was cut: {log}");
+}

@@ -264,6 +264,12 @@ impl ConnectorRun {
             let is_paused = *paused.borrow();
             tokio::select! {
                 deadline = stopped(stop) => {
+                    // Its tasks stop beside it, within the same deadline (as Connect stops a
+                    // connector's tasks apart from it): a connector whose own `stop` takes the
+                    // whole deadline left its tasks none, their commit and stop skipped.
+                    for task in &self.tasks {
+                        let _ = task.stop.send(Some(deadline));
+                    }
                     instance.stop_by(deadline);
                     if let Err(e) = instance.connector_stop().await {
                         tracing::warn!(connector = %self.config.name, "stop failed: {e}");
