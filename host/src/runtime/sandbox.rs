@@ -549,12 +549,20 @@ impl HostState {
         }
         // Work for a call that was abandoned at its deadline stops too.
         let deadline = self.call.as_ref().map(|call| call.clock.deadline() + ABANDON_AFTER);
+        // Said as the call's overrun is said when the host interrupts it: whichever notices
+        // the deadline first, the trace reads the same.
+        let overran = self.call.as_ref().map(|call| (call.name, call.timeout, Arc::clone(&call.clock)));
         let lookup = move || -> wasmtime::Result<Vec<(String, Option<String>)>> {
             let mut answer = LookupAnswer::new(asked, cap);
             let mut partitions = partitions.into_iter().peekable();
             while partitions.peek().is_some() {
                 if deadline.is_some_and(|deadline| Instant::now() > deadline) {
-                    return Err(wasmtime::Error::msg("offsets: the call's deadline passed during the lookup"));
+                    let (name, timeout, clock) = overran.clone().expect("a deadline comes from a call");
+                    let call = ActiveCall { name, timeout, clock };
+                    return Err(wasmtime::Error::msg(format!(
+                        "{} (its deadline passed during an offsets lookup)",
+                        call.overran()
+                    )));
                 }
                 let chunk: Vec<String> = partitions.by_ref().take(LOOKUP_CHUNK).collect();
                 let (canonical, valid) = canonical_partitions(&chunk);
