@@ -220,6 +220,12 @@ fn head_of(file: &Descriptor, len: u64) -> Option<String> {
     Some(head_hash(&bytes))
 }
 
+/// The offset's `head` of a file read up to `position`: the hash of the first
+/// `min(position, HEAD_BYTES)` bytes its reader recorded (`head`; fewer if it has fewer).
+fn head_read(head: &[u8], position: u64) -> String {
+    head_hash(&head[..head.len().min(position as usize).min(HEAD_BYTES)])
+}
+
 /// The first `min(len, HEAD_BYTES)` bytes of a `.gz` file's decompressed stream, hashed
 /// (a `.gz`'s head and position count decompressed bytes), or `None` when fewer are there.
 fn gz_head_of(file: Descriptor, len: u64) -> Option<String> {
@@ -1825,9 +1831,7 @@ impl TaskFile {
         // every reopen would find the head changed and read the file again from its
         // start (endlessly, for a task that reopens its files in turn).
         if before < HEAD_BYTES as u64 {
-            let head = open.head.borrow();
-            let covered = head.len().min(self.offset.position as usize).min(HEAD_BYTES);
-            self.offset.head = Some(head_hash(&head[..covered]));
+            self.offset.head = Some(head_read(&open.head.borrow(), self.offset.position));
         }
         self.announce = true;
     }
@@ -1954,7 +1958,7 @@ impl TaskState {
             let covers = (file.offset.position as usize).min(HEAD_BYTES);
             let whole_and_shorter = matches!(&opened, Err(e) if e.to_string() == reader::SHORTER_THAN_OFFSET);
             if file.offset.position > 0 && (head.borrow().len() >= covers || whole_and_shorter) {
-                let now = head_hash(&head.borrow()[..covers.min(head.borrow().len())]);
+                let now = head_read(&head.borrow(), file.offset.position);
                 match &file.offset.head {
                     Some(read) if *read != now => {
                         file.restart_version("its first bytes are not the ones read before (replaced)".into());
@@ -2067,9 +2071,7 @@ impl TaskState {
                     // The head covers the first `min(position, HEAD_BYTES)` bytes (of the
                     // decompressed stream, for a `.gz`).
                     if before < HEAD_BYTES as u64 {
-                        let head = open.head.borrow();
-                        let covered = head.len().min(position as usize).min(HEAD_BYTES);
-                        file.offset.head = Some(head_hash(&head[..covered]));
+                        file.offset.head = Some(head_read(&open.head.borrow(), position));
                     }
                     file.last_growth_ms = poll_clock_ms();
                     *bytes += line.len();
@@ -2168,8 +2170,7 @@ impl TaskState {
             head.borrow_mut().clear();
             match LineReader::gzip(source, file.offset.position, max_line, Rc::clone(&head)) {
                 Ok(reader) => {
-                    let covers = (file.offset.position as usize).min(HEAD_BYTES);
-                    let now = head_hash(&head.borrow()[..covers.min(head.borrow().len())]);
+                    let now = head_read(&head.borrow(), file.offset.position);
                     if file.offset.head.as_ref().is_some_and(|read| *read != now) {
                         return file.restart_version("its first bytes are not the ones read before (replaced)".into());
                     }
