@@ -2351,10 +2351,15 @@ impl Task for TaskState {
                 let announce = committed.as_ref().is_none_or(|o| o.version != key.version || o.attempt != key.attempt);
                 // Renamed since it was read (a rotated log found under its new name): the
                 // same version read on. A new version under another name is a new file that
-                // took the identity (a reused inode), not the old one rotated.
-                let renamed = committed
-                    .as_ref()
-                    .is_some_and(|o| !o.path.is_empty() && o.path != key.path && o.version == key.version);
+                // took the identity (a reused inode), not the old one rotated. Nor is a file
+                // whose committed name still leads to it: one file with two names (a hard
+                // link listed first after a restart), still written under both.
+                let renamed = committed.as_ref().is_some_and(|o| {
+                    !o.path.is_empty()
+                        && o.path != key.path
+                        && o.version == key.version
+                        && identity(&format!("{}/{}", settings.directory, o.path)).as_deref() != Some(key.id.as_str())
+                });
                 let later = committed.as_ref().is_some_and(|o| (o.version, o.attempt) > (key.version, key.attempt));
                 // A later version this task started itself, finding the file rewritten in
                 // place as it read it (the connector only ever hands a file to one task,
