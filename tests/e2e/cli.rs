@@ -30,6 +30,8 @@ fn bad_connector_configs_name_file_key_and_reason() {
         r#"{"name": "x", "config": {"connector.class": "nope", "topic": "t"}}"#,
         "connector.class: unknown plugin 'nope'",
     );
+    let (_, stderr, _) = run_connector(r#"{"name": "x", "config": {"connector.class": "file-puls", "topic": "t"}}"#);
+    assert!(stderr.contains("unknown plugin 'file-puls'") && stderr.contains("did you mean `file-pulse`?"), "{stderr}");
     assert_config_error(r#"{"name": "x", "config": {"topic": "t"}}"#, "connector.class: missing");
     assert_config_error(
         r#"{"name": "x", "config": {"connector.class": "counter", "tasks.max": "0", "topic": "t"}}"#,

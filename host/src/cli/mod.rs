@@ -572,7 +572,7 @@ fn progress_parts(connectors: &[ConnectorProgress]) -> Vec<String> {
             .iter()
             .map(|c| {
                 format!(
-                    "{} {} {}/{} tasks{} {} records {:.0}/s",
+                    "{} {}, {}/{} tasks running{}, {} records {:.0}/s",
                     c.name,
                     c.state,
                     c.running,
@@ -603,7 +603,7 @@ fn progress_parts(connectors: &[ConnectorProgress]) -> Vec<String> {
     )];
     let failing: Vec<&ConnectorProgress> = connectors.iter().filter(|c| c.failed > 0).collect();
     for c in failing.iter().take(3) {
-        parts.push(format!("{} {}/{} tasks{}", c.name, c.running, c.tasks, failed_tasks(c)));
+        parts.push(format!("{} {}/{} tasks running{}", c.name, c.running, c.tasks, failed_tasks(c)));
     }
     if failing.len() > 3 {
         parts.push(format!("{} more with FAILED tasks (`sluice serve` or the log say which)", failing.len() - 3));
@@ -629,7 +629,11 @@ async fn until_done_outcome(herder: &Herder) -> Option<Result<(), String>> {
         let failure = if status.connector.state == State::Failed {
             format!("connector '{}' FAILED: {}", ns.connector, trace(&status.connector.trace))
         } else if let Some(task) = status.tasks.iter().find(|t| t.state == State::Failed) {
-            format!("connector '{}' task {} FAILED: {}", ns.connector, task.id, trace(&task.trace))
+            let named = format!("connector '{}' task {}", ns.connector, task.id);
+            let trace = trace(&task.trace);
+            // A trace that names its task itself (a refused record's) is not said twice.
+            let trace = trace.strip_prefix(&format!("{named}: ")).unwrap_or(&trace);
+            format!("{named} FAILED: {trace}")
         } else {
             continue;
         };
@@ -897,16 +901,16 @@ mod tests {
 
     #[test]
     fn the_progress_line_names_failed_tasks_and_sums_up_many_connectors() {
-        assert_eq!(progress_parts(&[connector(0, 9)]), ["c0 RUNNING 1/10 tasks, 9 FAILED 5 records 1/s"]);
+        assert_eq!(progress_parts(&[connector(0, 9)]), ["c0 RUNNING, 1/10 tasks running, 9 FAILED, 5 records 1/s"]);
         let done = ConnectorProgress { state: State::Finished, running: 0, failed: 1, finished: 9, ..connector(1, 1) };
-        assert_eq!(progress_parts(&[done]), ["c1 FINISHED 0/10 tasks, 1 FAILED, 9 FINISHED 5 records 1/s"]);
+        assert_eq!(progress_parts(&[done]), ["c1 FINISHED, 0/10 tasks running, 1 FAILED, 9 FINISHED, 5 records 1/s"]);
         let many: Vec<ConnectorProgress> = (0..1000).map(|i| connector(i, usize::from(i % 100 == 0))).collect();
         let parts = progress_parts(&many);
         assert_eq!(
             parts[0],
             "1000 connectors (1000 RUNNING), 9990/10000 tasks running, 10 FAILED, 0 FINISHED, 5000 records 1000/s"
         );
-        assert_eq!(parts[1], "c0 9/10 tasks, 1 FAILED");
+        assert_eq!(parts[1], "c0 9/10 tasks running, 1 FAILED");
         assert_eq!(parts.len(), 5, "{parts:?}");
         assert!(parts[4].starts_with("7 more with FAILED tasks"), "{parts:?}");
     }

@@ -303,10 +303,12 @@ async fn find_plugin(services: &Services, config: &ConnectorConfig) -> Result<Ar
         let rejected: Vec<String> =
             registry.rejected().iter().filter_map(|r| r.file.file_stem()?.to_str().map(String::from)).collect();
         let plugins: Vec<String> = registry.files_in_folder().into_iter().filter(|f| !rejected.contains(f)).collect();
+        let names: Vec<&str> = plugins.iter().map(String::as_str).collect();
+        let hint = nearest(name, &names).map(|p| format!("; did you mean `{p}`?")).unwrap_or_default();
         config.error(
             CONNECTOR_CLASS,
             format!(
-                "unknown plugin '{name}': {why} (plugins in the folder: {})",
+                "unknown plugin '{name}': {why} (plugins in the folder: {}){hint}",
                 if plugins.is_empty() { "none".to_string() } else { plugins.join(", ") }
             ),
         )

@@ -600,7 +600,14 @@ fn link(runtime: &Runtime, component: &Component) -> Result<WorldPre, String> {
         component.component_type().exports(&runtime.engine).map(|(name, _)| name.to_string()).collect::<Vec<_>>();
     let targets = |version: &str| exported.iter().any(|name| name == &format!("sluice:connector/task@{version}"));
     let instance_pre = runtime.linker().instantiate_pre(component).map_err(|e| {
-        format!("imports something Sluice does not provide (it must target sluice:connector/source-connector@{versions}): {e:#}")
+        let imported =
+            component.component_type().imports(&runtime.engine).map(|(name, _)| name.to_string()).collect::<Vec<_>>();
+        match unserved_import(&imported) {
+            Some(said) => format!("{said} ({e:#})"),
+            None => format!(
+                "imports something Sluice does not provide (it must target sluice:connector/source-connector@{versions}): {e:#}"
+            ),
+        }
     })?;
     let linked = if targets("0.4.0") {
         v0_4::SourceConnectorPre::new(instance_pre).map(WorldPre::V0_4)
@@ -613,6 +620,27 @@ fn link(runtime: &Runtime, component: &Component) -> Result<WorldPre, String> {
     };
     linked.map_err(|e| {
         format!("does not export the source-connector world (sluice:connector/connector and sluice:connector/task @{versions}): {e:#}")
+    })
+}
+
+/// The import of a component that Sluice does not serve, said in a plugin author's words:
+/// a version of Sluice's world newer (or other) than those served, or WASI's HTTP (the
+/// sandbox has no network; componentize-js adds it unless told not to).
+fn unserved_import(imported: &[String]) -> Option<String> {
+    let served = WORLD_VERSIONS.join(", ");
+    if let Some(version) = imported
+        .iter()
+        .filter_map(|name| name.strip_prefix("sluice:connector/")?.split_once('@').map(|(_, version)| version))
+        .find(|version| !WORLD_VERSIONS.contains(version))
+    {
+        return Some(format!(
+            "targets sluice:connector@{version}, which this Sluice does not serve (it serves {served}): build it against one of those"
+        ));
+    }
+    imported.iter().find(|name| name.starts_with("wasi:http/")).map(|name| {
+        format!(
+            "imports {name}: the sandbox has no network (with componentize-js, build with `--disable http fetch-event`)"
+        )
     })
 }
 
@@ -872,6 +900,19 @@ mod tests {
         assert_eq!(shown_version("1.0\n\u{1b}[2KERROR forged".into()), "1.0\\n\\u{1b}[2KERROR forged");
         let long = shown_version("é".repeat(1 << 20));
         assert!(long.len() <= MAX_VERSION_BYTES && long.ends_with("..."), "{long}");
+    }
+
+    #[test]
+    fn an_unserved_world_version_or_network_import_is_said_in_a_plugin_authors_words() {
+        let names = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let future =
+            unserved_import(&names(&["wasi:io/streams@0.2.0", "sluice:connector/offset-storage-reader@0.9.0"]));
+        assert!(future.unwrap().starts_with(
+            "targets sluice:connector@0.9.0, which this Sluice does not serve (it serves 0.4.0, 0.3.0, 0.2.0, 0.1.0)"
+        ));
+        let http = unserved_import(&names(&["sluice:connector/types@0.2.0", "wasi:http/types@0.2.10"])).unwrap();
+        assert!(http.contains("the sandbox has no network") && http.contains("--disable http"), "{http}");
+        assert_eq!(unserved_import(&names(&["sluice:connector/types@0.1.0", "wasi:cli/environment@0.2.0"])), None);
     }
 
     #[tokio::test]

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 /// Parses `text` as a JSON object of primitive values and returns it in canonical form.
 pub fn canonical_object(text: &str) -> Result<String, String> {
-    let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON ({e})"))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON ({e}): {}", shorten(text)))?;
     let Value::Object(map) = value else {
         return Err(format!("not a JSON object: {}", shorten(text)));
     };
@@ -194,7 +194,7 @@ pub fn check_object(text: &str) -> Result<(), String> {
     match deserializer.deserialize_map(ObjectVisitor).and_then(|checked| deserializer.end().map(|_| checked)) {
         Ok(checked) => checked,
         Err(e) if e.is_data() => Err(format!("not a JSON object: {}", shorten(text))),
-        Err(e) => Err(format!("not JSON ({e})")),
+        Err(e) => Err(format!("not JSON ({e}): {}", shorten(text))),
     }
 }
 
@@ -216,6 +216,7 @@ mod tests {
         assert!(canonical_object("[1]").unwrap_err().contains("not a JSON object"));
         assert!(canonical_object(r#"{"a":{"b":1}}"#).unwrap_err().contains("\"a\""));
         assert!(canonical_object("{").unwrap_err().starts_with("not JSON"));
+        assert!(canonical_object("n=3").unwrap_err().ends_with("): n=3"), "the text refused is shown");
         // Past 64 bits serde_json reads a float: refused, not stored rounded.
         for wide in [r#"{"id":18446744073709551621}"#, r#"{"id":-9223372036854775809}"#] {
             assert!(canonical_object(wide).unwrap_err().contains("\"id\" is an integer too large"), "{wide}");
