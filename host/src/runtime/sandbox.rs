@@ -809,7 +809,9 @@ fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Resul
 /// variant tag, whose stack is the glue's. Said first in plain words, with the way out.
 fn explain_thrown_value(stderr: String, call: &str) -> String {
     const GLUE: &str = "invalid variant tag value `undefined` (received `";
-    let Some(at) = stderr.find(GLUE) else { return stderr };
+    // SpiderMonkey's word on the abort that follows any uncaught error: nothing to act on.
+    let stderr = stderr.replace("Redirecting call to abort() to mozalloc_abort\n", "");
+    let Some(at) = stderr.find(GLUE) else { return explain_unconvertible_return(stderr, call) };
     let rest = &stderr[at + GLUE.len()..];
     let Some(end) = rest.find("`) specified for `ConnectorError`") else { return stderr };
     format!(
@@ -818,6 +820,24 @@ fn explain_thrown_value(stderr: String, call: &str) -> String {
          connector-error and its stack is lost in componentize-js's glue: catch it and throw \
          {{ tag: 'fatal', val: String(error.stack ?? error) }} to keep it)\n{stderr}",
         &rest[..end]
+    )
+}
+
+/// An error whose stack is all componentize-js's glue, through the export `call`: what
+/// the export returned could not be lowered to the WIT's types (a field missing, or a
+/// number where a string goes), which the glue says in its own words only.
+fn explain_unconvertible_return(stderr: String, call: &str) -> String {
+    let Some((said, stack)) = stderr.split_once("Stack:") else { return stderr };
+    let frames: Vec<&str> = stack.lines().map(str::trim).filter(|frame| !frame.is_empty()).collect();
+    let all_glue = !frames.is_empty() && frames.iter().all(|frame| frame.contains("initializer.js:"));
+    if !all_glue || !frames.iter().any(|frame| frame.contains(&format!("${call}@"))) {
+        return stderr;
+    }
+    format!(
+        "{call} returned a value that does not match the WIT's types: {}\n(componentize-js's glue could not \
+         convert it: a field missing, or of another type, such as a number where the WIT has a string; see \
+         the JavaScript types in docs/writing-connectors.md)\n{stderr}",
+        said.trim()
     )
 }
 
@@ -1145,6 +1165,24 @@ mod tests {
         assert!(said.contains("{ tag: 'fatal', val: message }") && said.ends_with(glue), "{said}");
         let other = "Traceback (most recent call last):\n  ValueError: x";
         assert_eq!(explain_thrown_value(other.to_string(), "poll"), other);
+    }
+
+    #[test]
+    fn a_javascript_return_value_the_glue_cannot_convert_is_said_as_such() {
+        let glue = "expected a string, received [number]\nStack:\n  _utf8AllocateAndEncode@/tmp/x/sources/initializer.js:97:11\n  export_task_0_2_0$poll@/tmp/x/sources/initializer.js:8255:47\n\nRedirecting call to abort() to mozalloc_abort\n";
+        let said = explain_thrown_value(glue.to_string(), "poll");
+        assert!(
+            said.starts_with(
+                "poll returned a value that does not match the WIT's types: expected a string, received [number]\n"
+            ),
+            "{said}"
+        );
+        assert!(!said.contains("mozalloc_abort"), "{said}");
+        // The user's own code in the stack: its own error, said as it is.
+        let own = "TypeError: x is undefined\nStack:\n  poll@/tmp/x/sources/connector.js:12:3\n  export_task_0_2_0$poll@/tmp/x/sources/initializer.js:8255:47\n";
+        assert_eq!(explain_thrown_value(own.to_string(), "poll"), own);
+        let elsewhere = "expected a string, received [number]\nStack:\n  export_task_0_2_0$commit@/tmp/x/sources/initializer.js:1:1\n";
+        assert_eq!(explain_thrown_value(elsewhere.to_string(), "poll"), elsewhere);
     }
 
     #[test]
