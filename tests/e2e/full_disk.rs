@@ -109,3 +109,64 @@ fn a_full_disk_fails_the_task_plainly_and_a_restart_resumes_exactly_once() {
     assert_eq!(assert_consistent(&data) as u64, RECORDS);
     println!("full disk: {before} records before it filled, {RECORDS} exactly once after the restart");
 }
+
+/// Takes whatever space is left on the disk of `path`'s folder: a file written until the
+/// disk refuses more.
+fn take_the_space_left(path: &Path) {
+    use std::io::Write;
+    let mut ballast = std::fs::File::create(path).unwrap();
+    let block = vec![0u8; 64 << 10];
+    let mut size = block.len();
+    // Whole blocks, then smaller and smaller writes down to a byte.
+    while size > 0 {
+        match ballast.write(&block[..size]) {
+            Ok(0) | Err(_) => size /= 2,
+            Ok(_) => {}
+        }
+    }
+    let _ = ballast.sync_all();
+}
+
+/// A connector that filled the disk with records can still be deleted over REST: the data
+/// directory keeps a reserve for operators' changes, freed when the disk is full. The
+/// deletion holds after a SIGKILL, and the log says the reserve was used.
+#[test]
+fn a_connector_that_filled_the_disk_can_still_be_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::mount(&dir.path().join("disk"), "12m");
+    let data = disk.0.join("data");
+    let plugins = crate::rest::plugin_folder(dir.path(), &["counter"]);
+    let mut server = crate::rest::Server::start(&data, &plugins, None);
+    assert!(data.join("disk-reserve").exists(), "the reserve is made when the data directory opens");
+    let filler = serde_json::json!({"name": "filler", "config": {"connector.class": "counter", "topic": "fill",
+        "record.size": "4096", "batch.size": "50", "records.per.second": "0"}});
+    assert_eq!(server.call("POST", "/connectors", None, Some(&filler.to_string())).status, 201);
+    server.wait_for("the task to fail on the full disk", "/connectors/filler/status", None, |status| {
+        status["tasks"][0]["state"] == "FAILED"
+    });
+    // Nothing left either for the database's own files to grow into: changes go on
+    // (each a few pages of the write-ahead log, which soon has to grow) until one finds
+    // the disk full, and the reserve is freed for it.
+    take_the_space_left(&disk.0.join("ballast"));
+    for change in 0..2000 {
+        if server.log().contains("its reserve") {
+            break;
+        }
+        let (path, state) = if change % 2 == 0 { ("pause", "PAUSED") } else { ("resume", "RUNNING") };
+        let reply = server.call("PUT", &format!("/connectors/filler/{path}"), None, None);
+        assert_eq!(reply.status, 202, "change {change}: {reply:?}\n{}", server.log());
+        server.wait_for(&format!("the connector {state}"), "/connectors/filler/status", None, |status| {
+            status["connector"]["state"] == state
+        });
+    }
+    assert!(server.log().contains("its reserve"), "{}", server.log());
+    let deleted = server.call("DELETE", "/connectors/filler", None, None);
+    assert_eq!(deleted.status, 204, "{deleted:?}\n{}", server.log());
+    server.get("/connectors/filler").assert_error(404);
+    server.kill();
+    std::fs::remove_file(disk.0.join("ballast")).unwrap();
+    disk.grow("64m");
+    let server = crate::rest::Server::start(&data, &plugins, None);
+    server.get("/connectors/filler").assert_error(404);
+    assert!(data.join("disk-reserve").exists(), "the reserve is made again at the next start");
+}

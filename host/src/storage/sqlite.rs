@@ -190,6 +190,7 @@ impl SqliteStore {
         conn.execute_batch(SCHEMA).with_context(|| format!("cannot set up {}", path.display()))?;
         migrate_record_log(&mut conn)
             .with_context(|| format!("cannot move the local log of {} to its new form", path.display()))?;
+        make_disk_reserve(&disk_reserve_path(path));
         Ok(SqliteStore {
             writer: Mutex::new(conn),
             reader: Mutex::new(reader),
@@ -205,6 +206,37 @@ impl SqliteStore {
 
     fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// An operator's change (a connector's config, target state, task configs, deletion,
+    /// an offset deleted), written through the writer connection. When the disk is full,
+    /// the data directory's reserve is freed and the change written again, once: a
+    /// connector that filled the disk with records can still be paused, reconfigured or
+    /// deleted (the writer's lock is held throughout, so no append of this worker takes
+    /// the freed space first).
+    fn change<T>(&self, write: impl Fn(&mut Connection) -> rusqlite::Result<T>) -> anyhow::Result<T> {
+        let mut conn = self.conn();
+        match write(&mut conn) {
+            Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) && self.free_disk_reserve() => {
+                write(&mut conn).map_err(|e| self.write_error(e))
+            }
+            result => result.map_err(|e| self.write_error(e)),
+        }
+    }
+
+    /// Removes the disk reserve: whether there was one.
+    fn free_disk_reserve(&self) -> bool {
+        let reserve = disk_reserve_path(&self.path);
+        let freed = std::fs::remove_file(&reserve).is_ok();
+        if freed {
+            tracing::warn!(
+                "the disk holding the data directory {} is full: its reserve ({}, {} MiB) was freed to save a change to a connector; free space (the reserve is made again at the next start)",
+                self.path.parent().unwrap_or(&self.path).display(),
+                reserve.display(),
+                DISK_RESERVE_BYTES >> 20
+            );
+        }
+        freed
     }
 
     /// A write that failed, in plain words when the disk is full (the transaction rolled
@@ -224,6 +256,33 @@ impl SqliteStore {
 /// How long a connection waits for another process's lock (a reader such as `sluice
 /// topics read` beside a running worker) before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The space a data directory keeps aside for operators' changes once its disk is full
+/// (a change writes a few 16 KiB pages).
+const DISK_RESERVE_BYTES: u64 = 2 << 20;
+
+/// The reserve's file, beside the database.
+fn disk_reserve_path(database: &Path) -> PathBuf {
+    database.with_file_name("disk-reserve")
+}
+
+/// Makes the disk reserve if it is not there whole: written (not a sparse file, which
+/// would hold no blocks), under a temporary name first. Best effort: on a full or
+/// read-only disk there is none, and a full disk then refuses changes as it refuses
+/// records.
+fn make_disk_reserve(reserve: &Path) {
+    if std::fs::metadata(reserve).is_ok_and(|m| m.len() >= DISK_RESERVE_BYTES) {
+        return;
+    }
+    let partial = reserve.with_extension(format!("partial-{}", std::process::id()));
+    let written = std::fs::write(&partial, vec![0u8; DISK_RESERVE_BYTES as usize])
+        .and_then(|()| std::fs::File::open(&partial)?.sync_all())
+        .and_then(|()| std::fs::rename(&partial, reserve));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        tracing::debug!("no disk reserve in {}: {e}", reserve.display());
+    }
+}
 
 /// Puts the database in WAL mode. SQLite does not wait on a busy database for this pragma
 /// (the busy timeout does not apply), and a new database is briefly locked by whichever
@@ -644,11 +703,12 @@ impl OffsetStore for SqliteStore {
     }
 
     fn delete_offset(&self, ns: &Namespace, partition: &str) -> anyhow::Result<bool> {
-        let conn = self.conn();
-        let n = conn.execute(
-            "DELETE FROM offsets WHERE tenant = ?1 AND connector = ?2 AND partition = ?3",
-            params![ns.tenant, ns.connector, partition],
-        )?;
+        let n = self.change(|conn| {
+            conn.execute(
+                "DELETE FROM offsets WHERE tenant = ?1 AND connector = ?2 AND partition = ?3",
+                params![ns.tenant, ns.connector, partition],
+            )
+        })?;
         Ok(n > 0)
     }
 }
@@ -656,11 +716,13 @@ impl OffsetStore for SqliteStore {
 impl ConfigStore for SqliteStore {
     fn put_connector_config(&self, ns: &Namespace, config: &[(String, String)]) -> anyhow::Result<()> {
         let text = serde_json::to_string(&config.iter().cloned().collect::<std::collections::BTreeMap<_, _>>())?;
-        self.conn().execute(
-            "INSERT INTO connector_configs (tenant, connector, config) VALUES (?1, ?2, ?3)
-             ON CONFLICT (tenant, connector) DO UPDATE SET config = excluded.config",
-            params![ns.tenant, ns.connector, text],
-        )?;
+        self.change(|conn| {
+            conn.execute(
+                "INSERT INTO connector_configs (tenant, connector, config) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (tenant, connector) DO UPDATE SET config = excluded.config",
+                params![ns.tenant, ns.connector, text],
+            )
+        })?;
         Ok(())
     }
 
@@ -717,25 +779,27 @@ impl ConfigStore for SqliteStore {
 
     fn put_target_state(&self, ns: &Namespace, state: TargetState) -> anyhow::Result<()> {
         let text = serde_json::to_value(state)?.as_str().unwrap_or_default().to_string();
-        self.conn().execute(
-            "INSERT INTO target_states (tenant, connector, state) VALUES (?1, ?2, ?3)
-             ON CONFLICT (tenant, connector) DO UPDATE SET state = excluded.state",
-            params![ns.tenant, ns.connector, text],
-        )?;
+        self.change(|conn| {
+            conn.execute(
+                "INSERT INTO target_states (tenant, connector, state) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (tenant, connector) DO UPDATE SET state = excluded.state",
+                params![ns.tenant, ns.connector, text],
+            )
+        })?;
         Ok(())
     }
 
     fn delete_connector(&self, ns: &Namespace) -> anyhow::Result<()> {
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for table in ["connector_configs", "task_configs", "target_states", "statuses", "active_topics"] {
-            tx.execute(
-                &format!("DELETE FROM {table} WHERE tenant = ?1 AND connector = ?2"),
-                params![ns.tenant, ns.connector],
-            )?;
-        }
-        tx.commit()?;
-        Ok(())
+        self.change(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            for table in ["connector_configs", "task_configs", "target_states", "statuses", "active_topics"] {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE tenant = ?1 AND connector = ?2"),
+                    params![ns.tenant, ns.connector],
+                )?;
+            }
+            tx.commit()
+        })
     }
 
     fn tenants(&self) -> anyhow::Result<Vec<String>> {
@@ -746,17 +810,21 @@ impl ConfigStore for SqliteStore {
     }
 
     fn put_task_configs(&self, ns: &Namespace, tasks: &[Vec<(String, String)>]) -> anyhow::Result<()> {
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute("DELETE FROM task_configs WHERE tenant = ?1 AND connector = ?2", params![ns.tenant, ns.connector])?;
-        for (i, config) in tasks.iter().enumerate() {
+        let texts = tasks.iter().map(serde_json::to_string).collect::<Result<Vec<_>, _>>()?;
+        self.change(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             tx.execute(
-                "INSERT INTO task_configs (tenant, connector, task, config) VALUES (?1, ?2, ?3, ?4)",
-                params![ns.tenant, ns.connector, i as i64, serde_json::to_string(config)?],
+                "DELETE FROM task_configs WHERE tenant = ?1 AND connector = ?2",
+                params![ns.tenant, ns.connector],
             )?;
-        }
-        tx.commit()?;
-        Ok(())
+            for (i, text) in texts.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO task_configs (tenant, connector, task, config) VALUES (?1, ?2, ?3, ?4)",
+                    params![ns.tenant, ns.connector, i as i64, text],
+                )?;
+            }
+            tx.commit()
+        })
     }
 
     fn task_configs(&self, ns: &Namespace) -> anyhow::Result<Vec<Vec<(String, String)>>> {
