@@ -1573,6 +1573,93 @@ async fn a_followed_log_with_a_second_name_listed_first_after_a_restart_is_follo
     assert!(offsets.values().all(|offset| offset["end"] != "rotated" && offset["done"] != true), "{offsets:?}");
 }
 
+/// A log finished idle (quiet for `tail.idle.ms`), then rotated to a name the filter
+/// leaves out (`app.log` to `app.log.1` beside `.*[.]log`), its writer adding lines to it
+/// just after the rename, before it reopens `app.log`: those lines arrive, read on under
+/// the rotated name, as for a log rotated while followed. They were lost: a finished file
+/// no longer listed was forgotten at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_finished_idle_then_rotated_out_of_the_filter_has_its_last_lines_read() {
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let config = dirs.config(&[
+        ("file.completion", "tail"),
+        ("tail.idle.ms", "500"),
+        ("tail.rotation.grace.ms", "1000"),
+        ("file.filter.regex.pattern", r".*[.]log"),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    let log = dirs.inbox.path().join("app.log");
+    let mut old = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+    let mut written = Vec::new();
+    let mut write = |out: &mut std::fs::File, lines: std::ops::Range<usize>| {
+        for n in lines {
+            writeln!(out, "line {n}").unwrap();
+            written.push(format!("line {n}"));
+        }
+    };
+    write(&mut old, 0..5);
+    wait_until("app.log finished idle", || {
+        offsets_by_path(&host).get("app.log").filter(|o| o["done"] == true && o["end"] == "idle").map(|_| ())
+    })
+    .await;
+    std::fs::rename(&log, dirs.inbox.path().join("app.log.1")).unwrap();
+    write(&mut old, 5..10);
+    drop(old);
+    let mut new = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+    write(&mut new, 10..15);
+    wait_until("every line", || (host.values("lines").len() >= written.len()).then_some(())).await;
+    assert_each_once(host.values("lines"), written);
+}
+
+/// Finished logs whose names shift again and again (`app.log.N` to `app.log.N+1`, as a
+/// rotation renames them) are not read again: a walk's identity and size lookups are two
+/// calls by name, and a rename between them once paired one file's identity with
+/// another's size, which looked like a finished log that changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_logs_whose_names_keep_shifting_are_not_read_again() {
+    const LOGS: usize = 30;
+    let host = TestHost::new(&["file-pulse"]).await;
+    let dirs = Dirs::new();
+    let rotated = |n: usize| dirs.inbox.path().join(format!("app.log.{n}"));
+    let mut written = Vec::new();
+    for n in 1..=LOGS {
+        // Each of another size, so that a mix-up shows.
+        let lines: Vec<String> = (0..n * 3 + 1).map(|i| format!("log {n} line {i}")).collect();
+        std::fs::write(rotated(n), format!("{}\n", lines.join("\n"))).unwrap();
+        written.extend(lines);
+    }
+    let config = dirs.config(&[
+        ("file.completion", "tail"),
+        ("tail.idle.ms", "300"),
+        ("tail.rotation.grace.ms", "300"),
+        ("file.filter.regex.pattern", r"app[.]log([.][0-9]+)?"),
+    ]);
+    host.start(pulse("pulse", &config)).await;
+    wait_until("every log finished", || {
+        let offsets = offsets_by_path(&host);
+        (offsets.len() == LOGS && offsets.values().all(|o| o["done"] == true)).then_some(())
+    })
+    .await;
+    // Names shifted for a few seconds, as fast as they go (an rename of each, in turn).
+    let shifting_until = std::time::Instant::now() + Duration::from_secs(4);
+    let held = dirs.inbox.path().join(".shifting");
+    while std::time::Instant::now() < shifting_until {
+        std::fs::rename(rotated(LOGS), &held).unwrap();
+        for n in (1..LOGS).rev() {
+            std::fs::rename(rotated(n), rotated(n + 1)).unwrap();
+        }
+        std::fs::rename(&held, rotated(1)).unwrap();
+    }
+    // A new log after the shifting: once its line is in, the passes over the shifted
+    // names have been decided (a log read again would have been too, most of them sent).
+    std::fs::write(dirs.inbox.path().join("app.log"), "after the shifting\n").unwrap();
+    written.push("after the shifting".into());
+    wait_until("the new log's line", || host.values("lines").contains(&"after the shifting".to_string()).then_some(()))
+        .await;
+    assert_each_once(host.values("lines"), written);
+}
+
 /// A `.gz` that failed part way and came back as another file under its name (a new
 /// export copied over it): read from its start, as a plain file is, not on from the old
 /// file's position (its first lines were lost, and a line cut in two sent).

@@ -284,6 +284,10 @@ struct Known {
     pass: u64,
 }
 
+/// A file a walk lists for a decision: its identity, the name it is listed under, its size
+/// and time, and its [`ConnectorState::missing`] entry if it was being searched for.
+type Listed = (String, String, Seen, Option<(String, u64)>);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum KnownState {
     /// Waiting for room in a task.
@@ -389,6 +393,12 @@ struct ConnectorState {
     /// filter leaves out (`app.log.1` beside `.*[.]log$`), so the rest of such a file is
     /// read under its new name; one no walk finds is said to be gone.
     missing: HashMap<String, (String, u64)>,
+    /// Logs finished in tail mode that a pass no longer listed (renamed to a name the
+    /// filter leaves out, `app.log` to `app.log.1`, say), by identity: the name they were
+    /// finished under, and until when (ms) walks look for them under every name. Their
+    /// writer may still add a few lines before it reopens its log; found grown, they are
+    /// read on. Not found by then, they are forgotten, as any finished file no longer here.
+    rotated_away: HashMap<String, (String, u64)>,
 }
 
 impl ConnectorState {
@@ -402,6 +412,12 @@ impl ConnectorState {
     /// until its list changes, and must not count, nor be read.)
     fn is_open(&self, entry: &Assigned) -> bool {
         is_current(&self.known, entry)
+    }
+
+    /// Whether walks look for a log finished in tail mode that is no longer listed.
+    fn looking_for_rotated_away(&self) -> bool {
+        let now = now_ms();
+        self.rotated_away.values().any(|(_, until)| *until > now)
     }
 
     /// The listing pass under way, or the next one between passes: the pass that must see
@@ -423,7 +439,7 @@ impl ConnectorState {
     /// out come only while a file is [`ConnectorState::missing`].
     fn next_listed(&mut self) -> Option<(String, bool, bool)> {
         let settings = self.settings();
-        let searching = !self.missing.is_empty() || !self.unreadable.is_empty();
+        let searching = !self.missing.is_empty() || !self.unreadable.is_empty() || self.looking_for_rotated_away();
         let walk = self.walk.as_mut()?;
         loop {
             let Some((dir, _, entries)) = &walk.current else {
@@ -521,7 +537,7 @@ impl ConnectorState {
     /// Walks on for at most [`WALK_BUDGET`], deciding what each new or changed file is.
     fn walk_step(&mut self) {
         let deadline = Instant::now() + WALK_BUDGET;
-        let mut batch: Vec<(String, String, Seen)> = Vec::new();
+        let mut batch: Vec<Listed> = Vec::new();
         // The files of `batch` by identity, to the name each was listed under.
         let mut batched: HashMap<String, String> = HashMap::new();
         let mut over = false;
@@ -547,7 +563,9 @@ impl ConnectorState {
                 Err(_) => continue, // gone meanwhile
             };
             let unreadable = self.unreadable.contains_key(&id);
-            if self.missing.remove(&id).is_none() && !listed && !unreadable {
+            let rotated_away = self.rotated_away.get(&id).is_some_and(|(_, until)| *until > now_ms());
+            let was_missing = self.missing.remove(&id);
+            if was_missing.is_none() && !listed && !unreadable && !rotated_away {
                 continue;
             }
             let pass = self.walk.as_ref().map_or(0, |w| w.pass);
@@ -603,9 +621,19 @@ impl ConnectorState {
                     }
                 }
             };
+            // Its identity and its size and time are two lookups by name: a rename between
+            // them (names shifted by a log rotation) pairs one file's identity with
+            // another's size, which looked like a finished file that changed and read it
+            // again. Decided only when the name still leads to it, else at the next pass.
+            if recheck && identity(&self.absolute(&relative)).as_deref() != Some(id.as_str()) {
+                if let Some(was_missing) = was_missing {
+                    self.missing.insert(id, was_missing);
+                }
+                continue;
+            }
             if recheck {
                 batched.insert(id.clone(), relative.clone());
-                batch.push((id, relative, seen));
+                batch.push((id, relative, seen, was_missing));
                 if batch.len() >= LOOKUP_BATCH {
                     self.decide_all(std::mem::take(&mut batch));
                     batched.clear();
@@ -629,8 +657,24 @@ impl ConnectorState {
             ));
         }
         // Finished or failed files no longer listed are forgotten: the connector's memory
-        // and its ticks follow what is in the directory, not everything ever read.
-        self.known.retain(|_, k| k.pass >= walk.pass || matches!(k.state, KnownState::Assigned | KnownState::Pending));
+        // and its ticks follow what is in the directory, not everything ever read. A log
+        // finished in tail mode is looked for a while first (rotated while quiet).
+        let settings = self.settings();
+        let (now, tailing) = (now_ms(), settings.completion == Completion::Tail && settings.cleanup == Cleanup::None);
+        let search_until = now + settings.rotation_grace_ms.max(settings.listing_interval_ms * 2);
+        let rotated_away = &mut self.rotated_away;
+        self.known.retain(|id, k| {
+            let kept = k.pass >= walk.pass || matches!(k.state, KnownState::Assigned | KnownState::Pending);
+            if !kept && tailing && matches!(k.state, KnownState::Finished { .. }) {
+                rotated_away.entry(id.clone()).or_insert_with(|| (k.path.clone(), search_until));
+            }
+            kept
+        });
+        // Past its time, an entry stays while the file is known (found under a name the
+        // filter leaves out, it is listed only while walks look), so that forgetting it
+        // does not start another search.
+        let known = &self.known;
+        self.rotated_away.retain(|id, (_, until)| *until > now || known.contains_key(id));
         self.unfollowed_links.forget_unseen_since(walk.pass);
         self.unlistable.forget_unseen_since(walk.pass);
         self.failed_cleanups.forget_unseen_since(walk.pass);
@@ -681,26 +725,38 @@ impl ConnectorState {
     }
 
     /// Reads the committed offsets of `batch` in one call and decides each file.
-    fn decide_all(&mut self, batch: Vec<(String, String, Seen)>) {
+    fn decide_all(&mut self, batch: Vec<Listed>) {
         if batch.is_empty() {
             return;
         }
         let settings = self.settings();
-        let partitions: Vec<String> = batch.iter().map(|(id, _, _)| partition(id)).collect();
+        let partitions: Vec<String> = batch.iter().map(|(id, _, _, _)| partition(id)).collect();
         let offsets = committed(&partitions);
         let pass = self.walk.as_ref().map_or(self.passes, |w| w.pass);
-        for ((id, relative, seen), offset) in batch.into_iter().zip(offsets) {
+        for ((id, relative, seen, was_missing), offset) in batch.into_iter().zip(offsets) {
             let path = self.absolute(&relative);
             let compressed = relative.ends_with(".gz");
+            // Another file under the name by the time its head is read: decided at the next
+            // pass, not from that file's first bytes.
+            let renamed_meanwhile = std::cell::Cell::new(false);
             let head_unchanged = |offset: &FileOffset| {
                 let Some(expected) = &offset.head else { return false };
-                let now = open(&path).ok().and_then(|file| {
-                    if compressed { gz_head_of(file, offset.position) } else { head_of(&file, offset.position) }
-                });
+                let Ok(file) = open(&path) else { return false };
+                if file.metadata_hash().map(hash_hex).ok().as_deref() != Some(id.as_str()) {
+                    renamed_meanwhile.set(true);
+                    return false;
+                }
+                let now = if compressed { gz_head_of(file, offset.position) } else { head_of(&file, offset.position) };
                 now.as_ref() == Some(expected)
             };
             let decision =
                 decide(offset.as_ref(), seen, &relative, settings.completion, settings.cleanup, head_unchanged);
+            if renamed_meanwhile.get() {
+                if let Some(was_missing) = was_missing {
+                    self.missing.insert(id, was_missing);
+                }
+                continue;
+            }
             // A file to read from its start, modified too recently (still being copied in,
             // say): left for a later listing. One being read on is not held back. A failed
             // file found shorter than what was sent is most likely being fixed in place
