@@ -682,7 +682,7 @@ async fn a_task_restarted_while_the_broker_is_away_sends_nothing_twice() {
     .await;
     host.herder.restart_task(&Namespace::new(DEFAULT_TENANT, "away"), 0).await.unwrap();
     let trace = wait_until("the next instance waiting for the batch given up on", || {
-        host.status("away")?.tasks[0].trace.clone().filter(|t| t.contains("previous instance gave up on"))
+        host.status("away")?.tasks[0].trace.clone().filter(|t| t.contains("a task of this connector gave up on"))
     })
     .await;
     cluster.broker_up(1).unwrap();

@@ -69,6 +69,7 @@ fn random_poll_batches_read_back_equal_from_both_destinations() {
             tolerate_all: rng.bool(),
             dead_letter_topic: rng.bool().then(|| "dlq".to_string()),
             log: false,
+            dead_letter_max_bytes: None,
         };
         match rng.u8(..4) {
             0 => {

@@ -339,7 +339,17 @@ pub struct ErrorHandling {
     pub dead_letter_topic: Option<String>,
     /// `errors.log.enable`: log each refused record.
     pub log: bool,
+    /// The most a dead-letter copy may take (key, value and headers), below
+    /// `sandbox.record.max.bytes` where Kafka takes less: a copy Kafka refused would be lost.
+    pub dead_letter_max_bytes: Option<u64>,
 }
+
+/// librdkafka's default `message.max.bytes`.
+const KAFKA_MESSAGE_MAX_BYTES: u64 = 1_000_000;
+
+/// What a Kafka record's framing takes beside its key, value and headers, kept free in a
+/// dead-letter copy cut to fit (a record batch's header and a record's own fields).
+const KAFKA_RECORD_FRAMING: u64 = 1024;
 
 /// Where a connector's records go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -546,7 +556,21 @@ impl ConnectorSettings {
             return Err((ERRORS_DEAD_LETTER_TOPIC, reason));
         }
         let log = boolean(ERRORS_LOG_ENABLE)?;
-        let errors = ErrorHandling { tolerate_all, dead_letter_topic: dead_letter_topic.map(String::from), log };
+        // With destination=kafka a dead-letter copy is cut to what the producer sends too
+        // (its override, else librdkafka's default; a broker's default, 1 MiB plus a little,
+        // is above it).
+        let dead_letter_max_bytes = (destination == DestinationKind::Kafka).then(|| {
+            let producer_max = get(&format!("{PRODUCER_OVERRIDE_PREFIX}message.max.bytes"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(KAFKA_MESSAGE_MAX_BYTES);
+            producer_max.saturating_sub(KAFKA_RECORD_FRAMING)
+        });
+        let errors = ErrorHandling {
+            tolerate_all,
+            dead_letter_topic: dead_letter_topic.map(String::from),
+            log,
+            dead_letter_max_bytes,
+        };
         let broker_default_or_positive = |key: &'static str| -> Result<i32, KeyProblem> {
             let value = text(key);
             value
@@ -691,6 +715,17 @@ mod tests {
                 assert!(parsed.is_ok(), "{}: {parsed:?}", key.name);
             }
         }
+    }
+
+    #[test]
+    fn a_dead_letter_copy_for_kafka_is_cut_to_what_the_producer_sends() {
+        let parse = |pairs: &'static [(&'static str, &'static str)]| {
+            ConnectorSettings::parse(&move |key| pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)).unwrap().errors
+        };
+        assert_eq!(parse(&[]).dead_letter_max_bytes, None, "local: the sandbox's cap only");
+        assert_eq!(parse(&[(DESTINATION, "kafka")]).dead_letter_max_bytes, Some(1_000_000 - 1024));
+        let raised = parse(&[(DESTINATION, "kafka"), ("producer.override.message.max.bytes", "5000000")]);
+        assert_eq!(raised.dead_letter_max_bytes, Some(5_000_000 - 1024));
     }
 
     #[test]

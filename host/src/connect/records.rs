@@ -9,6 +9,7 @@ use bytes::Bytes;
 use super::transforms;
 use crate::config::{ErrorHandling, SandboxSettings, Transforms};
 use crate::runtime::bindings::{BatchHeader, BatchRecord, PollBatch, Span};
+use crate::runtime::plugin_log::escape_controls;
 use crate::runtime::rate::TokenBucket;
 use crate::runtime::sandbox::human_bytes;
 use crate::storage::json::{canonical_object, check_object, shorten};
@@ -287,14 +288,28 @@ pub fn check_batch(
     let (mut refused, mut refusals) = (0, Vec::new());
     for (index, record) in records.iter().enumerate() {
         let size = shared.record_size(record);
+        // Where it comes from, as `sluice offsets` shows it: its index repeats every batch.
+        let source_of = |shared: &Shared, data: &[u8]| match shared.partition_text(record.partition) {
+            Some(partition) => format!(
+                ": source partition {} at offset {}",
+                escape_controls(&shorten(partition)),
+                escape_controls(&shorten(&Shared::lossy(data, record.offset)))
+            ),
+            None => String::new(),
+        };
         let checked = if record.headers.len as usize > MAX_HEADERS {
             let headers = record.headers.len;
-            Err(format!("record {index} has {headers} headers, more than the {MAX_HEADERS} a record may carry").into())
+            Err(format!(
+                "record {index} has {headers} headers, more than the {MAX_HEADERS} a record may carry{}",
+                source_of(&shared, builder.data())
+            )
+            .into())
         } else if size > sandbox.record_max_bytes {
             Err(format!(
-                "record {index} of {} exceeds sandbox.record.max.bytes ({})",
+                "record {index} of {} exceeds sandbox.record.max.bytes ({}){}",
                 human_bytes(size),
-                human_bytes(sandbox.record_max_bytes)
+                human_bytes(sandbox.record_max_bytes),
+                source_of(&shared, builder.data())
             )
             .into())
         } else {
@@ -375,12 +390,13 @@ fn dead_letter(
         headers.push(("__connect.errors.topic".into(), shorten(original).into_bytes()));
     }
     let size = |headers: &[(String, Vec<u8>)]| headers.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
+    let cap = errors.dead_letter_max_bytes.map_or(sandbox.record_max_bytes, |max| max.min(sandbox.record_max_bytes));
     // Even the reason gives way to the cap, however small the cap.
     let fixed = size(&headers) + (MESSAGE.len() + TRUNCATED.len() + 4) as u64;
     let mut message = refusal.reason.as_bytes().to_vec();
-    message.truncate(sandbox.record_max_bytes.saturating_sub(fixed) as usize);
+    message.truncate(cap.saturating_sub(fixed) as usize);
     headers.push((MESSAGE.into(), message));
-    let mut room = sandbox.record_max_bytes.saturating_sub(size(&headers) + (TRUNCATED.len() + 4) as u64);
+    let mut room = cap.saturating_sub(size(&headers) + (TRUNCATED.len() + 4) as u64);
     let mut truncated = false;
     for header in shared.headers.get(Shared::range(record.headers)).unwrap_or_default() {
         let (key, value) =
@@ -683,7 +699,7 @@ mod tests {
             check_batch(batch(), &sandbox, &ErrorHandling::default(), &Transforms::default(), 0, &source).unwrap_err();
         assert!(error.starts_with("connector 'c' task 2: record 1 of 1065 bytes exceeds"), "{error}");
 
-        let errors = ErrorHandling { tolerate_all: true, dead_letter_topic: Some("dlq".into()), log: false };
+        let errors = ErrorHandling { tolerate_all: true, dead_letter_topic: Some("dlq".into()), ..Default::default() };
         let checked = check_batch(batch(), &sandbox, &errors, &Transforms::default(), 0, &source).unwrap();
         assert_eq!(checked.refused, 2);
         assert!(checked.refusals.is_empty(), "kept only for errors.log.enable");
@@ -691,6 +707,7 @@ mod tests {
         let refusals = check_batch(batch(), &sandbox, &logged, &Transforms::default(), 0, &source).unwrap().refusals;
         assert_eq!(refusals.len(), 2);
         assert!(refusals[0].starts_with("record 1 of 1065 bytes exceeds"), "{refusals:?}");
+        assert!(refusals[0].ends_with(r#": source partition {"p":1} at offset {"n":2}"#), "{refusals:?}");
         assert!(refusals[1].starts_with("record 2 of the poll batch refused: partition is not JSON"), "{refusals:?}");
         assert_eq!(checked.offsets, [(r#"{"p":1}"#.to_string(), r#"{"n":4}"#.to_string())]);
         // The oversized record's offset is committed in order (when it is the batch's
@@ -714,6 +731,14 @@ mod tests {
         assert_eq!(header("__connect.errors.task.id").as_deref(), Some("2"));
         assert_eq!(header("__connect.errors.source.partition").as_deref(), Some(r#"{"p":1}"#));
         assert_eq!(delivered.iter().map(|r| &*r.topic).collect::<Vec<_>>(), ["t", "dlq", "dlq", "t"]);
+        // Where Kafka takes less than the sandbox's cap, the copy is cut to what it takes.
+        let kafka = ErrorHandling { dead_letter_max_bytes: Some(300), ..errors.clone() };
+        let delivered = check_batch(batch(), &sandbox, &kafka, &Transforms::default(), 0, &source).unwrap().records;
+        let copy = &delivered.to_records()[1];
+        let size = copy.key.as_ref().map_or(0, |b| b.len())
+            + copy.value.as_ref().map_or(0, |b| b.len())
+            + copy.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        assert!(size <= 300, "the dead-letter copy fits what Kafka takes: {size}");
     }
 
     fn chain(pairs: &[(&str, &str)]) -> Transforms {

@@ -167,7 +167,7 @@ async fn run_instance(spec: &TaskSpec, stop: &mut StopSignal, restarting: bool) 
     // Exactly-once gives each instance a producer of its own, whose start fences the
     // task's previous instance.
     if spec.destination.settling_given_up_batch(&spec.namespace, spec.task) {
-        let trace = "waiting for the destination to answer for the batch the task's previous instance gave up on \
+        let trace = "waiting for the destination to answer for a batch a task of this connector gave up on \
                      (what it takes is committed, so the task does not send it again; message.timeout.ms at most)";
         board.set_task(&spec.namespace, spec.task, State::Restarting, Some(trace.into()), id);
     }

@@ -694,11 +694,11 @@ fn wait_for_settled(ns: &Namespace, task: u32, timeout: Option<Duration>) {
     while awaited_by(&awaited, ns, task) {
         let left = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(std::time::Instant::now()));
         if left.is_zero() {
-            tracing::warn!(connector = %ns.connector, task, "starting although a batch the task's previous instance gave up on is still with the Kafka producer");
+            tracing::warn!(connector = %ns.connector, task, "starting although a batch a task of this connector gave up on is still with the Kafka producer");
             return;
         }
         if !said {
-            tracing::info!(connector = %ns.connector, task, "waiting for Kafka to answer for a batch the task's previous instance gave up on before starting it again");
+            tracing::info!(connector = %ns.connector, task, "waiting for Kafka to answer for a batch a task of this connector gave up on before starting it");
             said = true;
         }
         awaited = SETTLED.wait_timeout(awaited, left.min(Duration::from_secs(1))).unwrap().0;

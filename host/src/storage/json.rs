@@ -6,7 +6,8 @@ use serde_json::{Map, Value};
 
 /// Parses `text` as a JSON object of primitive values and returns it in canonical form.
 pub fn canonical_object(text: &str) -> Result<String, String> {
-    let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON ({e}): {}", shorten(text)))?;
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| format!("not JSON ({e}): {}", crate::runtime::plugin_log::escape_controls(&shorten(text))))?;
     let Value::Object(map) = value else {
         return Err(format!("not a JSON object: {}", shorten(text)));
     };
@@ -194,7 +195,7 @@ pub fn check_object(text: &str) -> Result<(), String> {
     match deserializer.deserialize_map(ObjectVisitor).and_then(|checked| deserializer.end().map(|_| checked)) {
         Ok(checked) => checked,
         Err(e) if e.is_data() => Err(format!("not a JSON object: {}", shorten(text))),
-        Err(e) => Err(format!("not JSON ({e}): {}", shorten(text))),
+        Err(e) => Err(format!("not JSON ({e}): {}", crate::runtime::plugin_log::escape_controls(&shorten(text)))),
     }
 }
 
