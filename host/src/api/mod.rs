@@ -165,6 +165,12 @@ async fn finish_when_the_client_leaves(request: Request, next: axum::middleware:
 /// opens connections and sends nothing holds a descriptor each for ever.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The most connections the API holds open at once. Past it, new connections wait in the
+/// listener's backlog (holding no descriptor of the worker) until one closes: clients that
+/// open connections by the thousand, even slowly (a slowloris), cannot take the
+/// descriptors the connectors need to list and read their files.
+pub const MAX_CONNECTIONS: usize = 1024;
+
 /// How long a stop waits for the requests in flight before it goes on to stop the
 /// connectors: a client that never finishes its request must not hold up a SIGTERM
 /// (a container's grace is often 30 s, and the connectors' own stop needs part of it).
@@ -182,8 +188,29 @@ pub async fn serve(
     http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     let connections = hyper_util::server::graceful::GracefulShutdown::new();
     let mut accept_failure = String::new();
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut full_said = false;
     tokio::pin!(shutdown);
     loop {
+        let room = match open.clone().try_acquire_owned() {
+            Ok(room) => room,
+            Err(_) => {
+                if !full_said {
+                    tracing::warn!(
+                        "the REST API has {MAX_CONNECTIONS} connections open, its most: new ones wait until one closes (an idle one closes after {} s)",
+                        HEADER_READ_TIMEOUT.as_secs()
+                    );
+                    full_said = true;
+                }
+                tokio::select! {
+                    room = open.clone().acquire_owned() => room.expect("never closed"),
+                    () = &mut shutdown => break,
+                }
+            }
+        };
+        if open.available_permits() > MAX_CONNECTIONS / 2 {
+            full_said = false;
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
@@ -212,6 +239,7 @@ pub async fn serve(
             if let Err(e) = connection.await {
                 tracing::debug!("REST API connection ended: {e}");
             }
+            drop(room);
         });
     }
     drop(listener);

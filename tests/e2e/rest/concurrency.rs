@@ -2,7 +2,8 @@
 //! 409), a create racing a delete of its name is a 201 or a 409 (never a 404), 200
 //! connectors created through the API by parallel clients are all listed with their
 //! status, and a create whose plugin's `validate` sleeps to its deadline holds up no read
-//! and no other change. (How fast that list answers is `sluice-bench rest`.)
+//! and no other change; connections past the most the API holds wait in the backlog. (How
+//! fast that list answers is `sluice-bench rest`.)
 
 use std::sync::{Arc, Barrier};
 
@@ -269,4 +270,52 @@ fn a_change_whose_client_goes_away_is_finished_all_the_same() {
             && metrics.contains("sluice_connector_count 1"))
         .then_some(())
     });
+}
+
+/// Thousands of connections that never finish a request (a slowloris) hold at most
+/// `MAX_CONNECTIONS` descriptors of the worker: the rest wait in the listener's backlog, so
+/// the connectors keep the descriptors they need to list and read files (20,000 such
+/// connections once took them all). Once the clients go, the API answers again.
+#[test]
+fn connections_past_the_most_wait_in_the_backlog_holding_no_descriptor() {
+    use std::io::Write;
+    // Past the most, no more than the listen backlog holds (else connects wait on SYN
+    // retries).
+    const CLIENTS: usize = sluice::api::MAX_CONNECTIONS + 50;
+    raise_open_file_limit();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &plugin_folder(dir.path(), &["counter"]), None);
+    let pid = server.pid();
+    let open_files = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |fds| fds.count());
+    let before = open_files();
+    let address = server.base.trim_start_matches("http://").to_string();
+    let clients: Vec<std::net::TcpStream> = (0..CLIENTS)
+        .map(|_| {
+            let mut client = std::net::TcpStream::connect(&address).unwrap();
+            client.write_all(b"GET /health HTTP/1.1\r\n").unwrap();
+            client
+        })
+        .collect();
+    wait_until("the server to say it holds its most connections", || {
+        server.log().contains("connections open, its most").then_some(())
+    });
+    let held = open_files();
+    assert!(
+        held <= before + sluice::api::MAX_CONNECTIONS + 8,
+        "{held} descriptors open with {CLIENTS} clients ({before} before)"
+    );
+    drop(clients);
+    wait_until("the API to answer again", || (server.get("/health").status == 200).then_some(()));
+}
+
+/// This process's soft limit on open files raised to its hard one, for its clients.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
 }

@@ -107,6 +107,11 @@ impl Server {
         Server { child: Some(child), base, log }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// What the server wrote to stderr so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
