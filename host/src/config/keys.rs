@@ -226,7 +226,7 @@ pub const HOST_KEYS: &[HostKey] = &[
         name: ERRORS_DEAD_LETTER_TOPIC,
         type_: KeyType::String,
         default: KeyDefault::Unset("none"),
-        documentation: "with `errors.tolerance=all`: a topic that gets each record the host refuses (not what a plugin skips itself, such as file-pulse's lines too long for a record, which it never reads into memory) (cut to fit `sandbox.record.max.bytes`) with `__connect.errors.*` headers naming the reason, connector, task, source partition and stage (`TASK_POLL`, or `TRANSFORMATION` with the transform's class)",
+        documentation: "with `errors.tolerance=all`: a topic that gets each record the host refuses (not what a plugin skips itself, such as file-pulse's lines too long for a record, which it never reads into memory) (cut to fit `sandbox.record.max.bytes`, and with `destination=kafka` the producer's `message.max.bytes` less 1 KiB) with `__connect.errors.*` headers naming the reason, connector, task, source partition and stage (`TASK_POLL`, or `TRANSFORMATION` with the transform's class)",
     },
     HostKey {
         name: ERRORS_LOG_ENABLE,
