@@ -263,6 +263,19 @@ fn progress_failures_and_hostile_names_render_as_text() {
     let trace = browser.wait_text("#connectors tr[data-connector='broken'] pre.trace", "the trace", |t| !t.is_empty());
     assert!(trace.contains("Task 0") && trace.contains("unreachable"), "the trap's trace: {trace}");
     wait_until("stuck FAILED", || (row_cell(&browser, "stuck", ".state")? == "FAILED").then_some(()));
+    // The summary counts both, and "only those failing" shows just them.
+    browser.wait_text("#connectors-summary", "the failing counted", |t| {
+        t.ends_with("; 2 failing (a connector or task FAILED)")
+    });
+    browser.click("#failing-only");
+    wait_until("only broken and stuck shown", || {
+        let shown = browser.script(
+            "return [...document.querySelectorAll('#connectors tbody tr')].filter(r => !r.hidden).map(r => r.dataset.connector)",
+            json!([]),
+        );
+        (shown == json!(["broken", "stuck"])).then_some(())
+    });
+    browser.click("#failing-only");
     browser.click("#connectors tr[data-connector='stuck'] details summary");
     let trace = browser.wait_text("#connectors tr[data-connector='stuck'] pre.trace", "the trace", |t| !t.is_empty());
     assert!(
@@ -404,6 +417,26 @@ fn two_hundred_connectors_refresh_without_freezing_the_page() {
         times[times.len() / 2],
         times[times.len() - 1]
     );
+    assert_eq!(
+        browser.text("#connectors-summary"),
+        "200 connectors: 200 RUNNING; 0 failing (a connector or task FAILED)"
+    );
+    // The filter finds a few among the many, and "only those failing" none here.
+    let visible = || browser.script("return document.querySelector('#connectors tbody').dataset.visible", json!([]));
+    browser.type_into("#connector-filter", "c15");
+    wait_until("c150 to c159 shown", || (visible() == json!("10")).then_some(()));
+    assert_eq!(
+        browser.script(
+            "return [...document.querySelectorAll('#connectors tbody tr')].filter(r => !r.hidden).map(r => r.dataset.connector)",
+            json!([])
+        ),
+        json!((150..160).map(|i| format!("c{i}")).collect::<Vec<_>>())
+    );
+    browser.type_into("#connector-filter", "");
+    browser.click("#failing-only");
+    wait_until("none failing shown", || (visible() == json!("0")).then_some(()));
+    browser.click("#failing-only");
+    wait_until("all shown again", || (visible() == json!("200")).then_some(()));
     // Still answering a click: the page was not frozen by the refreshes.
     browser.click("#connectors tr[data-connector='c150'] a");
     browser.element("h1 span[data-state='RUNNING']");

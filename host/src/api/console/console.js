@@ -391,6 +391,27 @@ function overviewView() {
   const flash = el('div', { class: 'message' });
   if (app.flash) message(flash, 'ok', app.flash);
   app.flash = null;
+  // With hundreds of connectors: how many are in each state, and a filter, so the few that
+  // fail are found without scrolling.
+  const summary = el('p', { id: 'connectors-summary', class: 'muted' });
+  const filter = el('input', { type: 'search', id: 'connector-filter', placeholder: 'Filter by name, plugin or state', 'aria-label': 'Filter connectors' });
+  const failingOnly = el('input', { type: 'checkbox', id: 'failing-only' });
+  const filters = el('div', { class: 'filters' }, filter, el('label', {}, failingOnly, ' only those failing'));
+  function shown(cells) {
+    const words = filter.value.trim().toLowerCase();
+    const text = (cells.name + ' ' + cells.plugin.textContent + ' ' + cells.state.textContent).toLowerCase();
+    return (!words || text.includes(words)) && (!failingOnly.checked || cells.tr.classList.contains('failed'));
+  }
+  function applyFilter() {
+    let visible = 0;
+    for (const cells of rows.values()) {
+      cells.tr.hidden = !shown(cells);
+      if (!cells.tr.hidden) visible += 1;
+    }
+    body.dataset.visible = String(visible);
+  }
+  filter.addEventListener('input', applyFilter);
+  failingOnly.addEventListener('change', applyFilter);
   const table = el(
     'table',
     { id: 'connectors' },
@@ -421,6 +442,7 @@ function overviewView() {
       chart: el('canvas', { class: 'spark', width: 160, height: 28 }),
       trace: el('pre', { class: 'trace' }),
     };
+    cells.name = name;
     cells.details = el('details', {}, el('summary', { text: 'trace' }), cells.trace);
     cells.tr = el(
       'tr',
@@ -440,13 +462,14 @@ function overviewView() {
     title: 'Connectors',
     nav: 'nav-connectors',
     mount(main) {
-      main.append(el('h1', { text: 'Connectors' }), flash, empty, table);
+      main.append(el('h1', { text: 'Connectors' }), flash, empty, summary, filters, table);
     },
     async refresh() {
       const [connectors] = await Promise.all([api('GET', '/connectors?expand=status&expand=info'), sampleRates()]);
       const names = Object.keys(connectors).sort();
       empty.hidden = names.length > 0;
       table.hidden = names.length === 0;
+      summary.hidden = filters.hidden = names.length === 0;
       const seen = new Set(names);
       for (const [name, cells] of rows) {
         if (!seen.has(name)) {
@@ -484,6 +507,18 @@ function overviewView() {
         cells.details.hidden = trace === null;
         if (trace !== null && cells.trace.textContent !== trace) cells.trace.textContent = trace;
       });
+      const byState = new Map();
+      let failing = 0;
+      for (const name of names) {
+        const { status } = connectors[name];
+        const state = status ? status.connector.state : '?';
+        byState.set(state, (byState.get(state) || 0) + 1);
+        if (failureTrace(status) !== null) failing += 1;
+      }
+      const states = [...byState.entries()].sort().map(([state, n]) => n + ' ' + state).join(', ');
+      summary.textContent =
+        names.length + (names.length === 1 ? ' connector: ' : ' connectors: ') + states + '; ' + failing + ' failing (a connector or task FAILED)';
+      applyFilter();
     },
   };
 }
