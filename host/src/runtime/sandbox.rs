@@ -809,8 +809,12 @@ fn finish<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Resul
 /// variant tag, whose stack is the glue's. Said first in plain words, with the way out.
 fn explain_thrown_value(stderr: String, call: &str) -> String {
     const GLUE: &str = "invalid variant tag value `undefined` (received `";
-    // SpiderMonkey's word on the abort that follows any uncaught error: nothing to act on.
-    let stderr = stderr.replace("Redirecting call to abort() to mozalloc_abort\n", "");
+    // SpiderMonkey's word on the abort that follows any uncaught error, and Rust's hint
+    // after componentize-py's runtime panics on a Python exception (a plugin has no
+    // environment to set): nothing for its author to act on.
+    let stderr = stderr
+        .replace("Redirecting call to abort() to mozalloc_abort\n", "")
+        .replace("note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n", "");
     let Some(at) = stderr.find(GLUE) else { return explain_unconvertible_return(stderr, call) };
     let rest = &stderr[at + GLUE.len()..];
     let Some(end) = rest.find("`) specified for `ConnectorError`") else { return stderr };
@@ -1178,6 +1182,8 @@ mod tests {
             "{said}"
         );
         assert!(!said.contains("mozalloc_abort"), "{said}");
+        let python = "Traceback (most recent call last):\n  ValueError: x\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert!(!explain_thrown_value(python.to_string(), "poll").contains("RUST_BACKTRACE"));
         // The user's own code in the stack: its own error, said as it is.
         let own = "TypeError: x is undefined\nStack:\n  poll@/tmp/x/sources/connector.js:12:3\n  export_task_0_2_0$poll@/tmp/x/sources/initializer.js:8255:47\n";
         assert_eq!(explain_thrown_value(own.to_string(), "poll"), own);
