@@ -468,7 +468,13 @@ impl ConnectorState {
                     continue;
                 }
                 Err(e) => {
-                    log::warn(&format!("listing {}: {}", printable(dir), error_text(e)));
+                    // The listed directory itself is `dir` "": named by its path.
+                    let named = if dir.is_empty() {
+                        settings.directory.clone()
+                    } else {
+                        format!("{}/{dir}", settings.directory)
+                    };
+                    log::warn(&format!("listing {}: {}", printable(&named), error_text(e)));
                     continue;
                 }
             };
