@@ -154,6 +154,16 @@ fn lexically_normal(path: &str) -> String {
     format!("/{}", steps.join("/"))
 }
 
+/// `name` in the folder `parent`, either of which may be empty (a walk's relative path of
+/// the listed directory itself is "").
+fn joined(parent: &str, name: &str) -> String {
+    match (parent.is_empty(), name.is_empty()) {
+        (true, _) => name.to_string(),
+        (_, true) => parent.to_string(),
+        _ => format!("{parent}/{name}"),
+    }
+}
+
 fn identity(path: &str) -> Option<String> {
     following_links(path, |path| {
         in_preopen(path, |dir, relative| dir.metadata_hash_at(PathFlags::SYMLINK_FOLLOW, relative))
@@ -416,8 +426,19 @@ impl ConnectorState {
 
     /// Whether walks look for a log finished in tail mode that is no longer listed.
     fn looking_for_rotated_away(&self) -> bool {
-        let now = now_ms();
-        self.rotated_away.values().any(|(_, until)| *until > now)
+        !self.rotated_away.is_empty() && {
+            let now = now_ms();
+            self.rotated_away.values().any(|(_, until)| *until > now)
+        }
+    }
+
+    /// A file the walk found but cannot decide now (its name led to another file by the
+    /// time it was looked at again): the next pass decides it, searching on if it was
+    /// searched for.
+    fn decide_later(&mut self, id: String, was_missing: Option<(String, u64)>) {
+        if let Some(was_missing) = was_missing {
+            self.missing.insert(id, was_missing);
+        }
     }
 
     /// The listing pass under way, or the next one between passes: the pass that must see
@@ -444,8 +465,7 @@ impl ConnectorState {
         loop {
             let Some((dir, _, entries)) = &walk.current else {
                 let dir = walk.dirs.pop()?;
-                let absolute =
-                    if dir.is_empty() { settings.directory.clone() } else { format!("{}/{dir}", settings.directory) };
+                let absolute = joined(&settings.directory, &dir);
                 match list_dir(&absolute) {
                     Ok((descriptor, entries)) => walk.current = Some((dir, descriptor, entries)),
                     Err(e) => {
@@ -468,13 +488,8 @@ impl ConnectorState {
                     continue;
                 }
                 Err(e) => {
-                    // The listed directory itself is `dir` "": named by its path.
-                    let named = if dir.is_empty() {
-                        settings.directory.clone()
-                    } else {
-                        format!("{}/{dir}", settings.directory)
-                    };
-                    log::warn(&format!("listing {}: {}", printable(&named), error_text(e)));
+                    let listed = joined(&settings.directory, dir);
+                    log::warn(&format!("listing {}: {}", printable(&listed), error_text(e)));
                     continue;
                 }
             };
@@ -485,13 +500,7 @@ impl ConnectorState {
                 if let Some(original) = claimed_from(&name).filter(|_| file_or_link) {
                     // Held by a cleanup that a crash cut short: given its name back (or a
                     // numbered one), and the next pass decides what it is.
-                    let at = |name: &str| {
-                        if dir.is_empty() {
-                            format!("{}/{name}", settings.directory)
-                        } else {
-                            format!("{}/{dir}/{name}", settings.directory)
-                        }
-                    };
+                    let at = |name: &str| joined(&joined(&settings.directory, dir), name);
                     let held = at(&name);
                     match give_back(&held, &at(original)) {
                         Ok(named) => {
@@ -505,7 +514,7 @@ impl ConnectorState {
                 }
                 continue;
             }
-            let relative = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
+            let relative = joined(dir, &name);
             if !self.partial_filter_said
                 && matches!(entry.type_, DescriptorType::RegularFile | DescriptorType::SymbolicLink)
                 && !settings.filter.is_match(&name)
@@ -569,9 +578,9 @@ impl ConnectorState {
                 Err(_) => continue, // gone meanwhile
             };
             let unreadable = self.unreadable.contains_key(&id);
-            let rotated_away = self.rotated_away.get(&id).is_some_and(|(_, until)| *until > now_ms());
             let was_missing = self.missing.remove(&id);
-            if was_missing.is_none() && !listed && !unreadable && !rotated_away {
+            let rotated_away = || self.rotated_away.get(&id).is_some_and(|(_, until)| *until > now_ms());
+            if was_missing.is_none() && !listed && !unreadable && !rotated_away() {
                 continue;
             }
             let pass = self.walk.as_ref().map_or(0, |w| w.pass);
@@ -632,9 +641,7 @@ impl ConnectorState {
             // another's size, which looked like a finished file that changed and read it
             // again. Decided only when the name still leads to it, else at the next pass.
             if recheck && identity(&self.absolute(&relative)).as_deref() != Some(id.as_str()) {
-                if let Some(was_missing) = was_missing {
-                    self.missing.insert(id, was_missing);
-                }
+                self.decide_later(id, was_missing);
                 continue;
             }
             if recheck {
@@ -758,9 +765,7 @@ impl ConnectorState {
             let decision =
                 decide(offset.as_ref(), seen, &relative, settings.completion, settings.cleanup, head_unchanged);
             if renamed_meanwhile.get() {
-                if let Some(was_missing) = was_missing {
-                    self.missing.insert(id, was_missing);
-                }
+                self.decide_later(id, was_missing);
                 continue;
             }
             // A file to read from its start, modified too recently (still being copied in,
